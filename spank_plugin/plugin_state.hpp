@@ -1,0 +1,50 @@
+#pragma once
+// State shared by the SPANK contexts of one process (srun, sbatch or one step's slurmstepd), and the few
+// helpers every context needs. Everything with logic lives in src/.
+#include <slurm/spank.h>
+
+#include <optional>
+#include <string>
+
+#include "options.hpp"
+#include "task_env.hpp"
+
+namespace ddp::spank {
+
+// Why a --ddp step cannot run, and which tasks report it: a step-wide problem is reported once (by the
+// step's first task), a problem of this node by this node's first task; every task fails either way.
+struct Failure {
+  std::string message;
+  bool node_specific = false;
+};
+
+struct PluginState {
+  Options options;
+  Config config;
+  std::optional<Failure> failure;  // first problem found; --ddp steps fail with it
+  std::optional<StepPlan> plan;    // set per node by user_init
+};
+
+PluginState& state();
+
+void record_failure(std::string message, bool node_specific);
+void log_error(const std::string& message);  // one line, "ddp: " prefix
+
+// A variable of the step's (user_init) or task's (task_init) environment; nullopt when unset.
+std::optional<std::string> get_env(spank_t sp, const char* name);
+
+// Runs `body`, turning any exception into a logged error and SPANK's error code, so nothing escapes into
+// Slurm's C code.
+template <typename Body>
+int guarded(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    log_error(e.what());
+  } catch (...) {
+    log_error("internal error");
+  }
+  return -1;
+}
+
+}  // namespace ddp::spank

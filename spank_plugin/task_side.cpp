@@ -1,0 +1,132 @@
+// slurmstepd: once per node (user_init) the step's plan; per task (task_init) its environment.
+// user_init failures would only say "launch failed" and leave srun's exit code 0, so every problem is kept
+// and reported from task_init, which fails the step with srun exit code 1.
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "dispatch.h"
+#include "error.hpp"
+#include "parse.hpp"
+#include "plugin_state.hpp"
+#include "resolve.hpp"
+
+using namespace ddp::spank;
+
+namespace {
+
+uint32_t item_u32(spank_t sp, spank_item_t item, const char* what) {
+  uint32_t value = 0;
+  if (spank_get_item(sp, item, &value) != ESPANK_SUCCESS) {
+    throw ddp::Error(std::string("Slurm did not provide ") + what + " to the plugin");
+  }
+  return value;
+}
+
+std::string this_hostname() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
+  ddp::StepInfo step;
+  step.job_id = item_u32(sp, S_JOB_ID, "the job id");
+  step.step_id = step_id;
+  step.node_rank = item_u32(sp, S_JOB_NODEID, "the node index");
+  step.num_nodes = item_u32(sp, S_JOB_NNODES, "the node count");
+  step.num_tasks = item_u32(sp, S_JOB_TOTAL_TASK_COUNT, "the task count");
+  step.local_tasks = item_u32(sp, S_JOB_LOCAL_TASK_COUNT, "the local task count");
+  step.cpus_per_task = item_u32(sp, S_STEP_CPUS_PER_TASK, "the CPUs per task");
+  step.restart_count = item_u32(sp, S_SLURM_RESTART_COUNT, "the restart count");
+  step.node_list = get_env(sp, "SLURM_STEP_NODELIST").value_or("");
+  step.reserved_ports = get_env(sp, "SLURM_STEP_RESV_PORTS").value_or("");
+  if (const auto max_restarts = get_env(sp, "DDP_MAX_RESTARTS")) {
+    step.max_restarts = static_cast<uint32_t>(ddp::require_uint(*max_restarts, 0, 1000000, "DDP_MAX_RESTARTS"));
+  }
+  step.hostname = this_hostname();
+  return step;
+}
+
+bool is_ddp_step(spank_t sp, uint32_t* step_id) {
+  if (!spank_remote(sp) || !state().options.enabled) return false;
+  return spank_get_item(sp, S_JOB_STEPID, step_id) == ESPANK_SUCCESS && ddp::is_application_step(*step_id);
+}
+
+void plan_this_node(spank_t sp, uint32_t step_id) {
+  PluginState& s = state();
+  try {
+    s.plan = ddp::plan_step(read_step(sp, step_id), s.options, s.config, ddp::read_ephemeral_range());
+  } catch (const std::exception& e) {
+    record_failure(e.what(), false);
+    return;
+  }
+  try {
+    ddp::resolve_host(s.plan->master_addr);
+  } catch (const std::exception& e) {
+    record_failure(e.what() + (" (on " + s.plan->step.hostname + ")"), true);
+  }
+}
+
+ddp::TaskInfo read_task(spank_t sp) {
+  int local_id = -1;
+  if (spank_get_item(sp, S_TASK_ID, &local_id) != ESPANK_SUCCESS || local_id < 0) {
+    throw ddp::Error("Slurm did not provide the local task id to the plugin");
+  }
+  // SLURM_PROCID includes the offset of a heterogeneous job's component; S_TASK_GLOBAL_ID does not.
+  const auto procid = get_env(sp, "SLURM_PROCID");
+  if (!procid) throw ddp::Error("SLURM_PROCID is not set in the task's environment");
+  ddp::TaskInfo task;
+  task.local_rank = static_cast<uint32_t>(local_id);
+  task.rank = static_cast<uint32_t>(ddp::require_uint(*procid, 0, UINT32_MAX, "SLURM_PROCID"));
+  return task;
+}
+
+int fail_task(spank_t sp) {
+  // Every task fails; one task per node (node problems) or per step (step problems) says why.
+  const Failure& failure = *state().failure;
+  int local_id = -1;
+  uint32_t node_rank = 0;
+  spank_get_item(sp, S_TASK_ID, &local_id);
+  spank_get_item(sp, S_JOB_NODEID, &node_rank);
+  if (local_id == 0 && (failure.node_specific || node_rank == 0)) log_error(failure.message);
+  return -1;
+}
+
+int export_task_env(spank_t sp) {
+  const ddp::StepPlan& plan = *state().plan;
+  const ddp::TaskInfo task = read_task(sp);
+  const ddp::TaskEnv env = ddp::task_env(plan, task, [sp](const std::string& name) { return get_env(sp, name.c_str()); });
+  for (const ddp::EnvVar& var : env.vars()) {
+    if (var.origin == ddp::Origin::User) continue;
+    if (spank_setenv(sp, var.name.c_str(), var.value.c_str(), 1) != ESPANK_SUCCESS) {
+      throw ddp::Error("cannot set " + var.name + " in the task's environment");
+    }
+  }
+  if (plan.verbose) std::fprintf(stderr, "%s\n", ddp::verbose_line(plan, task, env).c_str());
+  return 0;
+}
+
+}  // namespace
+
+extern "C" int ddp_spank_user_init(spank_t sp, int, char**) {
+  return guarded([&] {
+    uint32_t step_id = 0;
+    if (is_ddp_step(sp, &step_id) && !state().failure) plan_this_node(sp, step_id);
+    return 0;
+  });
+}
+
+extern "C" int ddp_spank_task_init(spank_t sp, int, char**) {
+  return guarded([&] {
+    uint32_t step_id = 0;
+    if (!is_ddp_step(sp, &step_id)) return 0;
+    if (state().failure) return fail_task(sp);
+    try {
+      return export_task_env(sp);
+    } catch (const std::exception& e) {
+      record_failure(e.what(), true);
+      return fail_task(sp);
+    }
+  });
+}

@@ -1,0 +1,134 @@
+#include "options.hpp"
+
+#include "error.hpp"
+#include "parse.hpp"
+
+namespace ddp {
+namespace {
+
+constexpr std::string_view kBackendNames = "auto|gloo|nccl|mpi";
+
+std::optional<Backend> backend_named(std::string_view name) {
+  if (name == "auto") return Backend::Auto;
+  if (name == "gloo") return Backend::Gloo;
+  if (name == "nccl") return Backend::Nccl;
+  if (name == "mpi") return Backend::Mpi;
+  return std::nullopt;
+}
+
+void apply_ddp(Options& options, std::optional<std::string_view> value) {
+  if (value == "off") {
+    options.enabled = false;
+    return;
+  }
+  options.enabled = true;
+  options.backend.reset();
+  if (!value) return;
+  options.backend = backend_named(*value);
+  if (!options.backend) {
+    throw Error("unknown --ddp backend " + quote(*value) + "; use one of " + std::string(kBackendNames) + ", or off");
+  }
+}
+
+void apply_port(Options& options, std::optional<std::string_view> value) {
+  if (!value || *value == "auto") {
+    options.port.reset();
+    return;
+  }
+  options.port = static_cast<uint16_t>(require_uint(*value, 1024, 65535, "--ddp-port value"));
+}
+
+void apply_verbose(Options& options, std::optional<std::string_view>) { options.verbose = true; }
+
+struct ConfigKey {
+  const char* name;
+  const char* accepted;
+  void (*apply)(Config& config, std::string_view value);  // returns normally only for a good value
+};
+
+void set_port_range(Config& config, std::string_view value) {
+  config.port_range = parse_port_range(value, "port_range");
+  if (config.port_range.first < 1024) throw Error("port_range starts below 1024");
+}
+
+void set_default_backend(Config& config, std::string_view value) {
+  const auto backend = backend_named(value);
+  if (!backend) throw Error("unknown backend");
+  config.default_backend = *backend;
+}
+
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> keys = {
+      {"port_range", "FIRST-LAST within 1024-65535, outside the kernel's ephemeral range", set_port_range},
+      {"default_backend", "auto|gloo|nccl|mpi", set_default_backend},
+  };
+  return keys;
+}
+
+std::string known_keys() {
+  std::string names;
+  for (const ConfigKey& key : config_keys()) names += (names.empty() ? "" : ", ") + std::string(key.name);
+  return names;
+}
+
+}  // namespace
+
+const char* to_string(Backend backend) {
+  switch (backend) {
+    case Backend::Auto: return "auto";
+    case Backend::Gloo: return "gloo";
+    case Backend::Nccl: return "nccl";
+    case Backend::Mpi: return "mpi";
+  }
+  return "?";
+}
+
+const std::vector<OptionSpec>& option_table() {
+  static const std::vector<OptionSpec> table = {
+      {"ddp", "auto|gloo|nccl|mpi|off",
+       "Run the step as PyTorch distributed workers: export RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT... "
+       "(the torchrun contract); the value is a backend hint, off disables an inherited #SBATCH --ddp",
+       ArgKind::Optional, apply_ddp},
+      {"ddp-port", "N|auto", "Rendezvous port (MASTER_PORT); auto: Slurm's reserved ports, else one derived from the step id",
+       ArgKind::Required, apply_port},
+      {"ddp-verbose", nullptr, "Each task prints its DDP environment to stderr, one line", ArgKind::None, apply_verbose},
+  };
+  return table;
+}
+
+void apply_option(Options& options, size_t index, const char* optarg) {
+  const auto& table = option_table();
+  if (index >= table.size()) throw Error("unknown option index " + std::to_string(index));
+  std::optional<std::string_view> value;
+  if (optarg != nullptr && std::string_view(optarg) != "(null)") value = std::string_view(optarg);
+  table[index].apply(options, value);
+}
+
+Config parse_config(const std::vector<std::string>& args, std::string_view file) {
+  Config config;
+  for (const std::string& arg : args) {
+    const size_t eq = arg.find('=');
+    const std::string_view name = std::string_view(arg).substr(0, eq);
+    const auto where = " in " + std::string(file);
+    if (eq == std::string::npos) {
+      throw Error("plugstack argument " + quote(arg) + where + " is not key=value; known keys: " + known_keys());
+    }
+    const ConfigKey* key = nullptr;
+    for (const ConfigKey& candidate : config_keys()) {
+      if (name == candidate.name) key = &candidate;
+    }
+    if (key == nullptr) {
+      throw Error("plugstack argument " + quote(arg) + where + ": unknown key " + quote(name) + "; known keys: " + known_keys());
+    }
+    const std::string_view value = std::string_view(arg).substr(eq + 1);
+    try {
+      key->apply(config, value);
+    } catch (const Error&) {
+      throw Error("plugstack argument " + quote(arg) + where + ": bad value " + quote(value) + " for " + key->name +
+                  "; expected " + key->accepted);
+    }
+  }
+  return config;
+}
+
+}  // namespace ddp

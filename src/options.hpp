@@ -1,0 +1,49 @@
+#pragma once
+// The user's --ddp* options and the admin's plugstack.conf arguments: one table each, so adding an option
+// or a key is one entry. The SPANK adapter registers every entry of option_table() and forwards values here.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ports.hpp"
+
+namespace ddp {
+
+enum class Backend { Auto, Gloo, Nccl, Mpi };
+const char* to_string(Backend backend);
+
+struct Options {
+  bool enabled = false;            // --ddp given (and not --ddp=off)
+  std::optional<Backend> backend;  // unset: the admin's default_backend
+  std::optional<uint16_t> port;    // unset: reserved or hashed port
+  bool verbose = false;
+};
+
+enum class ArgKind { None, Required, Optional };
+
+struct OptionSpec {
+  const char* name;      // without the leading "--"
+  const char* arg_info;  // shown by srun --help, e.g. "auto|gloo|nccl|mpi|off"
+  const char* usage;
+  ArgKind arg;
+  void (*apply)(Options& options, std::optional<std::string_view> value);
+};
+
+const std::vector<OptionSpec>& option_table();
+
+// Applies option `index` of option_table(). `optarg` may be null, or the text "(null)", which is how Slurm
+// forwards an optional-argument option given without one from sbatch to the steps. Throws ddp::Error.
+void apply_option(Options& options, size_t index, const char* optarg);
+
+struct Config {
+  PortRange port_range{20000, 29999};
+  Backend default_backend = Backend::Auto;
+};
+
+// Strict parse of the plugstack.conf arguments: an unknown key, a missing '=' or a bad value throws
+// ddp::Error naming the argument, the file and the accepted values.
+Config parse_config(const std::vector<std::string>& args, std::string_view file);
+
+}  // namespace ddp

@@ -1,0 +1,37 @@
+#pragma once
+// What the plugin knows about one job step on one node, as plain values. The SPANK adapter fills it
+// from Slurm items and the step's environment; everything below works from it alone.
+#include <cstdint>
+#include <string>
+
+namespace ddp {
+
+struct StepInfo {
+  uint32_t job_id = 0;
+  uint32_t step_id = 0;
+  uint32_t node_rank = 0;    // this node's index in the step (S_JOB_NODEID)
+  uint32_t num_nodes = 0;    // nodes of the step
+  uint32_t num_tasks = 0;    // tasks of the step, all nodes
+  uint32_t local_tasks = 0;  // tasks of the step on this node
+  uint32_t cpus_per_task = 1;
+  uint32_t restart_count = 0;  // Slurm's requeue count (SLURM_RESTART_COUNT)
+  uint32_t max_restarts = 0;   // restarts the job script allows (DDP_MAX_RESTARTS), 0 when unset
+  std::string node_list;       // SLURM_STEP_NODELIST
+  std::string reserved_ports;  // SLURM_STEP_RESV_PORTS, empty when the cluster reserves none
+  std::string hostname;        // this node, for messages
+};
+
+struct TaskInfo {
+  uint32_t rank = 0;        // global rank, het-job offset included (SLURM_PROCID)
+  uint32_t local_rank = 0;  // index among this node's tasks (S_TASK_ID)
+};
+
+// Batch, extern, interactive and pending steps carry Slurm's reserved ids: --ddp exports nothing there,
+// so its values never leak from the batch script's environment into later steps.
+bool is_application_step(uint32_t step_id);
+
+// Checks the relations Slurm guarantees, so a surprise from a future Slurm is an error and not a wrong rank.
+void validate(const StepInfo& step);
+void validate(const StepInfo& step, const TaskInfo& task);
+
+}  // namespace ddp

@@ -1,0 +1,98 @@
+#include "task_env.hpp"
+
+#include "error.hpp"
+#include "hostlist.hpp"
+
+namespace ddp {
+namespace {
+
+std::string first_host(const std::string& node_list) {
+  if (node_list.empty()) {
+    throw Error("SLURM_STEP_NODELIST is not set in the step's environment; --ddp needs a Slurm step launched by srun");
+  }
+  return Hostlist::parse(node_list).at(0);
+}
+
+void check_port_range(const PortRange& range, const PortRange& ephemeral) {
+  if (range.overlaps(ephemeral)) {
+    throw Error("port_range=" + range.text() + " in plugstack.conf overlaps the kernel's ephemeral port range " +
+                ephemeral.text() + " (net.ipv4.ip_local_port_range); choose a port_range outside it, e.g. 20000-29999");
+  }
+}
+
+}  // namespace
+
+StepPlan plan_step(const StepInfo& step, const Options& options, const Config& config, PortRange ephemeral) {
+  validate(step);
+  StepPlan plan;
+  plan.step = step;
+  plan.backend = options.backend.value_or(config.default_backend);
+  plan.verbose = options.verbose;
+  plan.master_addr = first_host(step.node_list);
+  plan.port = choose_master_port(options.port, step.reserved_ports, step.job_id, step.step_id, config.port_range);
+  if (plan.port.source == PortSource::Hashed) check_port_range(config.port_range, ephemeral);
+  return plan;
+}
+
+void TaskEnv::set(const std::string& name, std::string value) {
+  vars_.push_back({name, std::move(value), Origin::Plugin});
+}
+
+void TaskEnv::set_default(const std::string& name, std::string value) {
+  if (auto mine = user_(name)) {
+    vars_.push_back({name, std::move(*mine), Origin::User});
+  } else {
+    set(name, std::move(value));
+  }
+}
+
+std::optional<std::string> TaskEnv::value(const std::string& name) const {
+  for (const EnvVar& var : vars_) {
+    if (var.name == name) return var.value;
+  }
+  return std::nullopt;
+}
+
+std::string TaskEnv::describe() const {
+  std::string line;
+  for (const EnvVar& var : vars_) {
+    if (!line.empty()) line += ' ';
+    line += var.name + '=' + var.value;
+    if (var.origin == Origin::User) line += "[user]";
+  }
+  return line;
+}
+
+TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user) {
+  validate(plan.step, task);
+  const StepInfo& step = plan.step;
+  const std::string run_id = std::to_string(step.job_id) + "." + std::to_string(step.step_id);
+  TaskEnv env(std::move(user));
+  env.set("RANK", std::to_string(task.rank));
+  env.set("LOCAL_RANK", std::to_string(task.local_rank));
+  env.set("WORLD_SIZE", std::to_string(step.num_tasks));
+  env.set("LOCAL_WORLD_SIZE", std::to_string(step.local_tasks));
+  env.set("NODE_RANK", std::to_string(step.node_rank));
+  env.set("GROUP_RANK", std::to_string(step.node_rank));
+  env.set("GROUP_WORLD_SIZE", std::to_string(step.num_nodes));
+  env.set("ROLE_NAME", "default");
+  env.set("ROLE_RANK", std::to_string(task.rank));
+  env.set("ROLE_WORLD_SIZE", std::to_string(step.num_tasks));
+  env.set("MASTER_ADDR", plan.master_addr);
+  env.set("MASTER_PORT", std::to_string(plan.port.port));
+  env.set("TORCHELASTIC_RUN_ID", run_id);
+  env.set("TORCHELASTIC_RESTART_COUNT", std::to_string(step.restart_count));
+  env.set("TORCHELASTIC_MAX_RESTARTS", std::to_string(step.max_restarts));
+  // No torchrun agent holds a store here: rank 0 must host it, as init_process_group("env://") does by default.
+  env.set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  env.set("DDP_BACKEND", to_string(plan.backend));
+  env.set_default("OMP_NUM_THREADS", std::to_string(step.cpus_per_task));
+  return env;
+}
+
+std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env) {
+  return "ddp: rank " + std::to_string(task.rank) + " on " + plan.step.hostname + " (port from " +
+         to_string(plan.port.source) + "): " + env.describe();
+}
+
+}  // namespace ddp

@@ -1,0 +1,63 @@
+#pragma once
+// The torchrun worker contract, in one place: what each task of a --ddp step finds in its environment.
+//   per node  plan_step(): validates the step, picks MASTER_ADDR and MASTER_PORT
+//   per task  task_env():  a lookup into that plan
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "options.hpp"
+#include "ports.hpp"
+#include "step.hpp"
+
+namespace ddp {
+
+struct StepPlan {
+  StepInfo step;
+  Backend backend = Backend::Auto;
+  bool verbose = false;
+  std::string master_addr;  // first host of the step's node list
+  PortChoice port;
+};
+
+// Throws ddp::Error for a malformed node list, a bad reserved-port variable or an admin port range that
+// overlaps the kernel's ephemeral range (`ephemeral`), where connections would steal the port.
+StepPlan plan_step(const StepInfo& step, const Options& options, const Config& config, PortRange ephemeral);
+
+// Reads a variable of the task's environment as the user left it; nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+enum class Origin { Plugin, User };
+
+struct EnvVar {
+  std::string name;
+  std::string value;
+  Origin origin;
+};
+
+class TaskEnv {
+ public:
+  explicit TaskEnv(EnvLookup user) : user_(std::move(user)) {}
+
+  // Part of the contract: replaces any value, since a stale RANK from an outer launch must not survive.
+  void set(const std::string& name, std::string value);
+  // A tuning default: a value the user set explicitly wins and is kept as is.
+  void set_default(const std::string& name, std::string value);
+
+  const std::vector<EnvVar>& vars() const { return vars_; }
+  std::optional<std::string> value(const std::string& name) const;
+  // One line, stable format: "NAME=value ..." with "[user]" after values the user set.
+  std::string describe() const;
+
+ private:
+  EnvLookup user_;
+  std::vector<EnvVar> vars_;
+};
+
+TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user);
+
+// The --ddp-verbose line of one task.
+std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env);
+
+}  // namespace ddp

@@ -1,0 +1,105 @@
+#include "options.hpp"
+
+#include <gtest/gtest.h>
+
+#include "error.hpp"
+
+namespace ddp {
+namespace {
+
+size_t index_of(const std::string& name) {
+  const auto& table = option_table();
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (table[i].name == name) return i;
+  }
+  ADD_FAILURE() << "no option " << name;
+  return table.size();
+}
+
+std::string error_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Options, DdpTakesAnOptionalBackend) {
+  Options options;
+  apply_option(options, index_of("ddp"), nullptr);
+  EXPECT_TRUE(options.enabled);
+  EXPECT_FALSE(options.backend.has_value());
+  apply_option(options, index_of("ddp"), "nccl");
+  EXPECT_EQ(options.backend, Backend::Nccl);
+  apply_option(options, index_of("ddp"), "mpi");
+  EXPECT_EQ(options.backend, Backend::Mpi);
+}
+
+TEST(Options, NullTextFromSbatchMeansNoArgument) {
+  Options options;
+  apply_option(options, index_of("ddp"), "gloo");
+  apply_option(options, index_of("ddp"), "(null)");
+  EXPECT_TRUE(options.enabled);
+  EXPECT_FALSE(options.backend.has_value());
+}
+
+TEST(Options, LaterValueOverridesInheritedOne) {
+  Options options;
+  apply_option(options, index_of("ddp"), "gloo");  // #SBATCH --ddp=gloo, through the job environment
+  apply_option(options, index_of("ddp"), "off");   // srun --ddp=off
+  EXPECT_FALSE(options.enabled);
+  apply_option(options, index_of("ddp-port"), "23456");
+  apply_option(options, index_of("ddp-port"), "auto");
+  EXPECT_FALSE(options.port.has_value());
+}
+
+TEST(Options, RejectsBadValuesNamingThem) {
+  Options options;
+  EXPECT_EQ(error_of([&] { apply_option(options, index_of("ddp"), "tcp"); }),
+            "unknown --ddp backend 'tcp'; use one of auto|gloo|nccl|mpi, or off");
+  for (const char* bad : {"0", "80", "65536", "-1", "12a", "", " 2000", "99999999999999999999999"}) {
+    const std::string message = error_of([&] { apply_option(options, index_of("ddp-port"), bad); });
+    EXPECT_EQ(message, "--ddp-port value '" + std::string(bad) + "' is not a whole number from 1024 to 65535");
+  }
+  apply_option(options, index_of("ddp-port"), "29500");
+  EXPECT_EQ(options.port, 29500);
+}
+
+TEST(Options, EveryOptionIsNamedAndDocumented) {
+  for (const OptionSpec& spec : option_table()) {
+    EXPECT_EQ(std::string(spec.name).rfind("ddp", 0), 0u) << spec.name;
+    EXPECT_GT(std::string(spec.usage).size(), 10u) << spec.name;
+    EXPECT_EQ(spec.arg == ArgKind::None, spec.arg_info == nullptr) << spec.name;
+  }
+}
+
+TEST(Config, ParsesAdminDefaults) {
+  const Config config = parse_config({"port_range=21000-21999", "default_backend=gloo"}, "/etc/slurm/plugstack.conf");
+  EXPECT_EQ(config.port_range.first, 21000);
+  EXPECT_EQ(config.port_range.last, 21999);
+  EXPECT_EQ(config.default_backend, Backend::Gloo);
+  const Config defaults = parse_config({}, "x");
+  EXPECT_EQ(defaults.port_range.text(), "20000-29999");
+  EXPECT_EQ(defaults.default_backend, Backend::Auto);
+}
+
+TEST(Config, RejectsBadArgumentsNamingKeyValueAndFile) {
+  const std::string file = "/etc/slurm/plugstack.conf.d/ddp.conf";
+  EXPECT_EQ(error_of([&] { parse_config({"prot_range=1-2"}, file); }),
+            "plugstack argument 'prot_range=1-2' in " + file +
+                ": unknown key 'prot_range'; known keys: port_range, default_backend");
+  EXPECT_EQ(error_of([&] { parse_config({"verbose"}, file); }),
+            "plugstack argument 'verbose' in " + file + " is not key=value; known keys: port_range, default_backend");
+  for (const char* bad : {"port_range=30000", "port_range=3-2", "port_range=100-200", "port_range=20000-70000",
+                          "port_range=", "default_backend=tcp", "default_backend="}) {
+    const std::string message = error_of([&] { parse_config({bad}, file); });
+    EXPECT_NE(message.find("plugstack argument '" + std::string(bad) + "' in " + file + ": bad value"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("expected"), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace ddp

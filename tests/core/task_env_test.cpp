@@ -1,0 +1,171 @@
+#include "task_env.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "error.hpp"
+#include "step.hpp"
+
+namespace ddp {
+namespace {
+
+const PortRange kEphemeral{32768, 60999};
+
+StepInfo two_by_two(uint32_t node_rank) {
+  StepInfo step;
+  step.job_id = 812;
+  step.step_id = 3;
+  step.node_rank = node_rank;
+  step.num_nodes = 2;
+  step.num_tasks = 4;
+  step.local_tasks = 2;
+  step.cpus_per_task = 3;
+  step.restart_count = 1;
+  step.node_list = "node[1-2]";
+  step.hostname = "node" + std::to_string(node_rank + 1);
+  return step;
+}
+
+EnvLookup user_env(std::map<std::string, std::string> values) {
+  return [values](const std::string& name) -> std::optional<std::string> {
+    const auto found = values.find(name);
+    if (found == values.end()) return std::nullopt;
+    return found->second;
+  };
+}
+
+std::map<std::string, std::string> as_map(const TaskEnv& env) {
+  std::map<std::string, std::string> values;
+  for (const EnvVar& var : env.vars()) values[var.name] = var.value;
+  return values;
+}
+
+Options ddp_on() {
+  Options options;
+  options.enabled = true;
+  return options;
+}
+
+TEST(TaskEnv, TorchrunContractForEveryTaskOfTwoNodesByTwoTasks) {
+  const Config config;
+  for (uint32_t node = 0; node < 2; ++node) {
+    const StepPlan plan = plan_step(two_by_two(node), ddp_on(), config, kEphemeral);
+    for (uint32_t local = 0; local < 2; ++local) {
+      const uint32_t rank = node * 2 + local;
+      const auto env = as_map(task_env(plan, {rank, local}, user_env({})));
+      const std::map<std::string, std::string> expected = {
+          {"RANK", std::to_string(rank)},
+          {"LOCAL_RANK", std::to_string(local)},
+          {"WORLD_SIZE", "4"},
+          {"LOCAL_WORLD_SIZE", "2"},
+          {"NODE_RANK", std::to_string(node)},
+          {"GROUP_RANK", std::to_string(node)},
+          {"GROUP_WORLD_SIZE", "2"},
+          {"ROLE_NAME", "default"},
+          {"ROLE_RANK", std::to_string(rank)},
+          {"ROLE_WORLD_SIZE", "4"},
+          {"MASTER_ADDR", "node1"},
+          {"MASTER_PORT", std::to_string(hashed_port(812, 3, config.port_range))},
+          {"TORCHELASTIC_RUN_ID", "812.3"},
+          {"TORCHELASTIC_RESTART_COUNT", "1"},
+          {"TORCHELASTIC_MAX_RESTARTS", "0"},
+          {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+          {"DDP_BACKEND", "auto"},
+          {"OMP_NUM_THREADS", "3"},
+      };
+      EXPECT_EQ(env, expected) << "rank " << rank;
+    }
+  }
+}
+
+TEST(TaskEnv, UserThreadsWinButStaleContractValuesAreReplaced) {
+  const StepPlan plan = plan_step(two_by_two(1), ddp_on(), Config{}, kEphemeral);
+  const TaskEnv env = task_env(plan, {3, 1}, user_env({{"OMP_NUM_THREADS", "8"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}));
+  EXPECT_EQ(env.value("OMP_NUM_THREADS"), "8");
+  EXPECT_EQ(env.value("RANK"), "3");
+  EXPECT_EQ(env.value("WORLD_SIZE"), "4");
+  for (const EnvVar& var : env.vars()) {
+    EXPECT_EQ(var.origin == Origin::User, var.name == "OMP_NUM_THREADS") << var.name;
+  }
+}
+
+TEST(TaskEnv, BackendAndPortFromOptionsOrAdminDefaults) {
+  Config config;
+  config.default_backend = Backend::Gloo;
+  config.port_range = {21000, 21999};
+  Options options = ddp_on();
+  StepPlan plan = plan_step(two_by_two(0), options, config, kEphemeral);
+  EXPECT_EQ(plan.backend, Backend::Gloo);
+  EXPECT_TRUE(config.port_range.contains(plan.port.port));
+  options.backend = Backend::Nccl;
+  options.port = 29500;
+  plan = plan_step(two_by_two(0), options, config, kEphemeral);
+  EXPECT_EQ(plan.backend, Backend::Nccl);
+  EXPECT_EQ(plan.port.port, 29500);
+  EXPECT_EQ(plan.port.source, PortSource::User);
+}
+
+TEST(TaskEnv, ReservedPortsFromSlurm) {
+  StepInfo step = two_by_two(0);
+  step.reserved_ports = "12010-12011";
+  const StepPlan plan = plan_step(step, ddp_on(), Config{}, kEphemeral);
+  EXPECT_EQ(plan.port.port, 12010);
+  EXPECT_EQ(plan.port.source, PortSource::Reserved);
+}
+
+TEST(TaskEnv, AdminRangeInsideEphemeralRangeIsRefused) {
+  Config config;
+  config.port_range = {40000, 40999};
+  try {
+    plan_step(two_by_two(0), ddp_on(), config, kEphemeral);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "port_range=40000-40999 in plugstack.conf overlaps the kernel's ephemeral port range 32768-60999 "
+              "(net.ipv4.ip_local_port_range); choose a port_range outside it, e.g. 20000-29999");
+  }
+  Options options = ddp_on();
+  options.port = 40001;  // the user's explicit choice is not second-guessed
+  EXPECT_EQ(plan_step(two_by_two(0), options, config, kEphemeral).port.port, 40001);
+}
+
+TEST(TaskEnv, MissingOrMalformedNodeListFails) {
+  StepInfo step = two_by_two(0);
+  step.node_list = "";
+  EXPECT_THROW(plan_step(step, ddp_on(), Config{}, kEphemeral), Error);
+  step.node_list = "node[1-";
+  EXPECT_THROW(plan_step(step, ddp_on(), Config{}, kEphemeral), Error);
+}
+
+TEST(TaskEnv, InconsistentStepsAndTasksFail) {
+  StepInfo step = two_by_two(0);
+  step.node_rank = 2;
+  EXPECT_THROW(plan_step(step, ddp_on(), Config{}, kEphemeral), Error);
+  const StepPlan plan = plan_step(two_by_two(0), ddp_on(), Config{}, kEphemeral);
+  EXPECT_THROW(task_env(plan, {0, 2}, user_env({})), Error);
+}
+
+TEST(TaskEnv, VerboseLineIsOneStableLine) {
+  StepInfo step = two_by_two(1);
+  Options options = ddp_on();
+  options.port = 29500;
+  const StepPlan plan = plan_step(step, options, Config{}, kEphemeral);
+  const std::string line = verbose_line(plan, {2, 0}, task_env(plan, {2, 0}, user_env({{"OMP_NUM_THREADS", "8"}})));
+  EXPECT_EQ(line,
+            "ddp: rank 2 on node2 (port from user): RANK=2 LOCAL_RANK=0 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 NODE_RANK=1 "
+            "GROUP_RANK=1 GROUP_WORLD_SIZE=2 ROLE_NAME=default ROLE_RANK=2 ROLE_WORLD_SIZE=4 MASTER_ADDR=node1 "
+            "MASTER_PORT=29500 TORCHELASTIC_RUN_ID=812.3 TORCHELASTIC_RESTART_COUNT=1 TORCHELASTIC_MAX_RESTARTS=0 "
+            "TORCHELASTIC_USE_AGENT_STORE=False DDP_BACKEND=auto OMP_NUM_THREADS=8[user]");
+}
+
+TEST(Step, SpecialStepsAreNotApplicationSteps) {
+  EXPECT_TRUE(is_application_step(0));
+  EXPECT_TRUE(is_application_step(12345));
+  EXPECT_FALSE(is_application_step(0xfffffffa));  // interactive
+  EXPECT_FALSE(is_application_step(0xfffffffb));  // batch
+  EXPECT_FALSE(is_application_step(0xfffffffc));  // extern
+}
+
+}  // namespace
+}  // namespace ddp
