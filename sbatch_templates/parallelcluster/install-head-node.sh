@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Installs the slurm-ddp SPANK plugin (ddp.so) on a Slurm head node, e.g. an AWS ParallelCluster head node,
+# where Slurm lives under /opt/slurm and /opt/slurm is shared with every compute node.
+#
+#   sudo ./install-head-node.sh [options] [KEY=VALUE ...]
+#
+# KEY=VALUE pairs become the plugin's admin defaults on its plugstack line, e.g. port_range=20000-29999.
+# Options:
+#   --slurm-prefix DIR   Slurm's install prefix (default: /opt/slurm if it exists, else /usr)
+#   --slurm-conf FILE    slurm.conf (default: $SLURM_CONF, else PREFIX/etc/slurm.conf, else /etc/slurm/slurm.conf)
+#   --plugin-dir DIR     where ddp.so goes (default: PluginDir of slurm.conf, else the directory of auth_munge.so)
+#   --plugstack FILE     the plugstack.conf to use (default: PlugStackConfig of slurm.conf, else beside slurm.conf)
+#   --build-dir DIR      build directory (default: a fresh temporary directory)
+# Running it twice changes nothing: files are only written when their content differs. It refuses to install
+# a plugin built against headers of another Slurm version than the srun it finds.
+set -euo pipefail
+
+SOURCE=$(cd "$(dirname "$0")/../.." && pwd)
+prefix="" slurm_conf="${SLURM_CONF:-}" plugin_dir="" plugstack="" build_dir="" args=()
+
+die() { echo "install-head-node: $*" >&2; exit 1; }
+say() { echo "install-head-node: $*"; }
+
+parse_args() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --slurm-prefix) prefix=${2:?--slurm-prefix needs a directory}; shift 2 ;;
+      --slurm-conf) slurm_conf=${2:?--slurm-conf needs a file}; shift 2 ;;
+      --plugin-dir) plugin_dir=${2:?--plugin-dir needs a directory}; shift 2 ;;
+      --plugstack) plugstack=${2:?--plugstack needs a file}; shift 2 ;;
+      --build-dir) build_dir=${2:?--build-dir needs a directory}; shift 2 ;;
+      -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+      *=*) args+=("$1"); shift ;;
+      *) die "unknown argument '$1'; see --help" ;;
+    esac
+  done
+}
+
+# Value of KEY in slurm.conf (case-insensitive key, as Slurm reads it), empty when absent.
+conf_value() {
+  [ -r "$slurm_conf" ] || return 0
+  sed -n -E "s/^[[:space:]]*$1[[:space:]]*=[[:space:]]*([^[:space:]#]+).*/\\1/Ip" "$slurm_conf" | tail -n 1
+}
+
+locate_slurm() {
+  if [ -z "$prefix" ]; then
+    if [ -d /opt/slurm ]; then prefix=/opt/slurm; else prefix=/usr; fi
+  fi
+  [ -r "$prefix/include/slurm/spank.h" ] || die "no $prefix/include/slurm/spank.h: give the Slurm prefix with --slurm-prefix (Debian: install libslurm-dev)"
+  [ -x "$prefix/bin/srun" ] || die "no $prefix/bin/srun: give the Slurm prefix with --slurm-prefix"
+  if [ -z "$slurm_conf" ]; then
+    for candidate in "$prefix/etc/slurm.conf" /etc/slurm/slurm.conf; do
+      [ -r "$candidate" ] && { slurm_conf=$candidate; break; }
+    done
+  fi
+  [ -r "$slurm_conf" ] || die "no slurm.conf found: give it with --slurm-conf"
+  export SLURM_CONF=$slurm_conf
+}
+
+header_version() {
+  local number
+  number=$(sed -n -E 's/^#define SLURM_VERSION_NUMBER 0x([0-9a-fA-F]+).*/\1/p' "$prefix/include/slurm/slurm_version.h")
+  [ -n "$number" ] || die "cannot read SLURM_VERSION_NUMBER from $prefix/include/slurm/slurm_version.h"
+  printf '%d.%02d.%d' $((16#$number >> 16 & 255)) $((16#$number >> 8 & 255)) $((16#$number & 255))
+}
+
+check_versions() {
+  local built running
+  built=$(header_version)
+  running=$("$prefix/bin/srun" --version | awk '{print $2}')
+  # Slurm loads a plugin only when its plugin_version matches; a silent mismatch would break every srun.
+  [ "$built" = "$running" ] || die "Slurm headers in $prefix/include are $built but $prefix/bin/srun is $running; install the headers of the running Slurm and run again"
+  say "Slurm $running at $prefix"
+}
+
+build_plugin() {
+  if [ -z "$build_dir" ]; then
+    build_dir=$(mktemp -d /tmp/slurm-ddp-build.XXXXXX)
+    trap 'rm -rf "$build_dir"' EXIT
+  fi
+  cmake -S "$SOURCE" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_RUNTIME=OFF -DBUILD_TESTING=OFF \
+        -DSLURM_INCLUDE_DIR="$prefix/include" >/dev/null
+  cmake --build "$build_dir" --target ddp_spank -j "$(nproc)" >/dev/null
+  built_plugin="$build_dir/spank_plugin/ddp.so"
+}
+
+locate_targets() {
+  [ -n "$plugin_dir" ] || plugin_dir=$(conf_value PluginDir | cut -d: -f1)
+  if [ -z "$plugin_dir" ]; then
+    local found
+    found=$(find "$prefix/lib" "$prefix/lib64" -maxdepth 3 -name auth_munge.so 2>/dev/null | head -n 1)
+    [ -n "$found" ] || die "cannot find Slurm's plugin directory: give it with --plugin-dir"
+    plugin_dir=$(dirname "$found")
+  fi
+  [ -d "$plugin_dir" ] || die "plugin directory $plugin_dir does not exist"
+  [ -n "$plugstack" ] || plugstack=$(conf_value PlugStackConfig)
+  [ -n "$plugstack" ] || plugstack="$(dirname "$slurm_conf")/plugstack.conf"
+}
+
+# Writes $2 to file $1 only when the content differs, so a second run changes nothing.
+write_if_changed() {
+  local file=$1 content=$2
+  if [ -f "$file" ] && [ "$(cat "$file")" = "$content" ]; then
+    say "unchanged: $file"
+  else
+    printf '%s\n' "$content" >"$file.new" && chmod 0644 "$file.new" && mv "$file.new" "$file"
+    say "wrote: $file"
+  fi
+}
+
+install_plugin() {
+  if cmp -s "$built_plugin" "$plugin_dir/ddp.so"; then
+    say "unchanged: $plugin_dir/ddp.so"
+  else
+    install -m 0755 "$built_plugin" "$plugin_dir/ddp.so.new" && mv "$plugin_dir/ddp.so.new" "$plugin_dir/ddp.so"
+    say "installed: $plugin_dir/ddp.so"
+  fi
+}
+
+configure_plugstack() {
+  local line="required $plugin_dir/ddp.so${args[*]:+ ${args[*]}}" include_dir
+  [ -f "$plugstack" ] || write_if_changed "$plugstack" "include $(dirname "$plugstack")/plugstack.conf.d/*.conf"
+  include_dir=$(sed -n -E 's/^[[:space:]]*include[[:space:]]+(.*)\/\*(\.conf)?[[:space:]]*$/\1/p' "$plugstack" | head -n 1)
+  if [ -n "$include_dir" ]; then
+    mkdir -p "$include_dir"
+    write_if_changed "$include_dir/ddp.conf" "$line"
+  else
+    # No include directory: keep exactly one ddp.so line in plugstack.conf itself.
+    write_if_changed "$plugstack" "$(grep -v '/ddp\.so\([[:space:]]\|$\)' "$plugstack"; echo "$line")"
+  fi
+}
+
+verify() {
+  "$prefix/bin/srun" --help 2>&1 | grep -q -- '--ddp-verbose' ||
+    die "srun --help does not list --ddp after the install; check $plugstack and the slurmctld/slurmd logs"
+  say "srun loads the plugin: srun --help lists --ddp"
+}
+
+parse_args "$@"
+locate_slurm
+check_versions
+build_plugin
+locate_targets
+install_plugin
+configure_plugstack
+verify

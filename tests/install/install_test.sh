@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The head-node install script against Debian's Slurm layout, with a scratch plugin directory and plugstack:
+# it installs, srun loads the plugin, a second run changes nothing, and a version mismatch is refused.
+set -euo pipefail
+SCRIPT=$(cd "$(dirname "$0")/../.." && pwd)/sbatch_templates/parallelcluster/install-head-node.sh
+WORK=$(mktemp -d /tmp/ddp-install-test.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+write_conf() {  # $1: directory of a scratch slurm.conf whose PlugStackConfig is $1/plugstack.conf
+  mkdir -p "$1/plugins"
+  cat >"$1/slurm.conf" <<CONF
+ClusterName=installtest
+SlurmctldHost=localhost
+PlugStackConfig=$1/plugstack.conf
+NodeName=n1 CPUs=1
+PartitionName=p Nodes=n1
+CONF
+}
+
+install_into() {  # $1: scratch dir; rest: plugstack arguments
+  local dir=$1; shift
+  "$SCRIPT" --slurm-prefix /usr --slurm-conf "$dir/slurm.conf" --plugin-dir "$dir/plugins" --build-dir "$WORK/build" "$@"
+}
+
+# 1. A plugstack.conf with an include directory (Debian's and ParallelCluster's layout).
+write_conf "$WORK/a"
+echo "include $WORK/a/plugstack.conf.d/*.conf" >"$WORK/a/plugstack.conf"
+install_into "$WORK/a" port_range=21000-21999 >"$WORK/first.log"
+[ -x "$WORK/a/plugins/ddp.so" ] || fail "ddp.so not installed"
+[ "$(cat "$WORK/a/plugstack.conf.d/ddp.conf")" = "required $WORK/a/plugins/ddp.so port_range=21000-21999" ] ||
+  fail "unexpected snippet: $(cat "$WORK/a/plugstack.conf.d/ddp.conf")"
+SLURM_CONF=$WORK/a/slurm.conf srun --help | grep -q -- '--ddp-port' || fail "srun does not list --ddp-port"
+
+# 2. Idempotent: the second run writes nothing.
+before=$(stat -c '%Y %i' "$WORK/a/plugins/ddp.so" "$WORK/a/plugstack.conf.d/ddp.conf")
+install_into "$WORK/a" port_range=21000-21999 >"$WORK/second.log"
+grep -E 'wrote|installed' "$WORK/second.log" && fail "second run changed files"
+[ "$before" = "$(stat -c '%Y %i' "$WORK/a/plugins/ddp.so" "$WORK/a/plugstack.conf.d/ddp.conf")" ] || fail "files touched"
+
+# 3. No include line: exactly one ddp.so line in plugstack.conf, updated in place.
+write_conf "$WORK/b"
+echo "# site plugins: keep this line" >"$WORK/b/plugstack.conf"
+install_into "$WORK/b" >/dev/null
+install_into "$WORK/b" default_backend=gloo >/dev/null
+[ "$(grep -c 'ddp\.so' "$WORK/b/plugstack.conf")" = 1 ] || fail "not exactly one ddp.so line: $(cat "$WORK/b/plugstack.conf")"
+grep -q "^required $WORK/b/plugins/ddp.so default_backend=gloo$" "$WORK/b/plugstack.conf" || fail "line not updated"
+grep -q "^# site plugins: keep this line$" "$WORK/b/plugstack.conf" || fail "other plugstack lines lost"
+
+# 4. Headers of another Slurm version than the srun found: refused, with both versions named.
+mkdir -p "$WORK/fake/bin"
+ln -s /usr/include "$WORK/fake/include"
+printf '#!/bin/sh\necho "slurm 23.11.4"\n' >"$WORK/fake/bin/srun" && chmod +x "$WORK/fake/bin/srun"
+if "$SCRIPT" --slurm-prefix "$WORK/fake" --slurm-conf "$WORK/a/slurm.conf" >"$WORK/mismatch.log" 2>&1; then
+  fail "version mismatch accepted"
+fi
+grep -q 'are 22.05.8 but .*srun is 23.11.4' "$WORK/mismatch.log" || fail "unclear mismatch message: $(cat "$WORK/mismatch.log")"
+echo "install_test: OK"
