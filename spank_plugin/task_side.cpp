@@ -1,6 +1,7 @@
 // slurmstepd: once per node (user_init) the step's plan; per task (task_init) its environment.
 // user_init failures would only say "launch failed" and leave srun's exit code 0, so every problem is kept
 // and reported from task_init, which fails the step with srun exit code 1.
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "parse.hpp"
 #include "plugin_state.hpp"
 #include "resolve.hpp"
+#include "snapshot_dir.hpp"
 
 using namespace ddp::spank;
 
@@ -21,6 +23,16 @@ uint32_t item_u32(spank_t sp, spank_item_t item, const char* what) {
     throw ddp::Error(std::string("Slurm did not provide ") + what + " to the plugin");
   }
   return value;
+}
+
+std::string user_name(spank_t sp) {
+  uid_t uid = 0;
+  if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) throw ddp::Error("Slurm did not provide the job's uid");
+  passwd entry{};
+  passwd* found = nullptr;
+  char buffer[4096];
+  if (getpwuid_r(uid, &entry, buffer, sizeof buffer, &found) != 0 || found == nullptr) return std::to_string(uid);
+  return found->pw_name;
 }
 
 std::string this_hostname() {
@@ -45,6 +57,8 @@ ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
     step.max_restarts = static_cast<uint32_t>(ddp::require_uint(*max_restarts, 0, 1000000, "DDP_MAX_RESTARTS"));
   }
   step.hostname = this_hostname();
+  step.user = user_name(sp);
+  step.job_name = get_env(sp, "SLURM_JOB_NAME").value_or("");
   return step;
 }
 
@@ -63,6 +77,9 @@ void plan_this_node(spank_t sp, uint32_t step_id) {
   }
   try {
     ddp::resolve_host(s.plan->master_addr);
+    // user_init runs with the user's privileges: the directory is created as the user, never as root.
+    const auto user_env = [sp](const std::string& name) { return get_env(sp, name.c_str()); };
+    if (const auto dir = ddp::snapshot_dir_to_prepare(*s.plan, user_env)) ddp::prepare_snapshot_dir(*dir);
   } catch (const std::exception& e) {
     record_failure(e.what() + (" (on " + s.plan->step.hostname + ")"), true);
   }

@@ -40,6 +40,11 @@ void apply_port(Options& options, std::optional<std::string_view> value) {
 
 void apply_verbose(Options& options, std::optional<std::string_view>) { options.verbose = true; }
 
+void apply_snapshot_dir(Options& options, std::optional<std::string_view> value) {
+  if (!value || value->empty()) throw Error("--ddp-snapshot-dir needs a directory, e.g. /fsx/%u/%j");
+  options.snapshot_dir = std::string(*value);
+}
+
 struct ConfigKey {
   const char* name;
   const char* accepted;
@@ -49,6 +54,11 @@ struct ConfigKey {
 void set_port_range(Config& config, std::string_view value) {
   config.port_range = parse_port_range(value, "port_range");
   if (config.port_range.first < 1024) throw Error("port_range starts below 1024");
+}
+
+void set_snapshot_dir(Config& config, std::string_view value) {
+  if (value.empty() || value[0] != '/') throw Error("not an absolute path");
+  config.snapshot_dir = std::string(value);
 }
 
 void set_default_backend(Config& config, std::string_view value) {
@@ -61,6 +71,7 @@ const std::vector<ConfigKey>& config_keys() {
   static const std::vector<ConfigKey> keys = {
       {"port_range", "FIRST-LAST within 1024-65535, outside the kernel's ephemeral range", set_port_range},
       {"default_backend", "auto|gloo|nccl|mpi", set_default_backend},
+      {"snapshot_dir", "an absolute path, with %u (user), %j (job id), %x (job name)", set_snapshot_dir},
   };
   return keys;
 }
@@ -92,6 +103,10 @@ const std::vector<OptionSpec>& option_table() {
       {"ddp-port", "N|auto", "Rendezvous port (MASTER_PORT); auto: Slurm's reserved ports, else one derived from the step id",
        ArgKind::Required, apply_port},
       {"ddp-verbose", nullptr, "Each task prints its DDP environment to stderr, one line", ArgKind::None, apply_verbose},
+      {"ddp-snapshot-dir", "PATH",
+       "Shared directory for training snapshots, exported as DDP_SNAPSHOT_DIR and created (mode 0700) if missing; "
+       "%u user, %j job id, %x job name",
+       ArgKind::Required, apply_snapshot_dir},
   };
   return table;
 }

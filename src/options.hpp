@@ -19,6 +19,7 @@ struct Options {
   std::optional<Backend> backend;  // unset: the admin's default_backend
   std::optional<uint16_t> port;    // unset: reserved or hashed port
   bool verbose = false;
+  std::optional<std::string> snapshot_dir;  // unset: the admin's snapshot_dir, if any
 };
 
 enum class ArgKind { None, Required, Optional };
@@ -40,6 +41,7 @@ void apply_option(Options& options, size_t index, const char* optarg);
 struct Config {
   PortRange port_range{20000, 29999};
   Backend default_backend = Backend::Auto;
+  std::string snapshot_dir;  // template with %u %j %x; empty: none
 };
 
 // Strict parse of the plugstack.conf arguments: an unknown key, a missing '=' or a bad value throws

@@ -19,6 +19,8 @@ struct StepInfo {
   std::string node_list;       // SLURM_STEP_NODELIST
   std::string reserved_ports;  // SLURM_STEP_RESV_PORTS, empty when the cluster reserves none
   std::string hostname;        // this node, for messages
+  std::string user;            // the job's user name, for %u
+  std::string job_name;        // SLURM_JOB_NAME, for %x
 };
 
 struct TaskInfo {

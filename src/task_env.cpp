@@ -2,6 +2,7 @@
 
 #include "error.hpp"
 #include "hostlist.hpp"
+#include "snapshot_dir.hpp"
 
 namespace ddp {
 namespace {
@@ -31,6 +32,11 @@ StepPlan plan_step(const StepInfo& step, const Options& options, const Config& c
   plan.master_addr = first_host(step.node_list);
   plan.port = choose_master_port(options.port, step.reserved_ports, step.job_id, step.step_id, config.port_range);
   if (plan.port.source == PortSource::Hashed) check_port_range(config.port_range, ephemeral);
+  const std::string& dir_template = options.snapshot_dir ? *options.snapshot_dir : config.snapshot_dir;
+  if (!dir_template.empty()) {
+    plan.snapshot_dir = expand_path_template(dir_template, {step.user, std::to_string(step.job_id), step.job_name});
+    plan.snapshot_dir_explicit = options.snapshot_dir.has_value();
+  }
   return plan;
 }
 
@@ -87,7 +93,17 @@ TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user) {
   env.set("TORCHELASTIC_USE_AGENT_STORE", "False");
   env.set("DDP_BACKEND", to_string(plan.backend));
   env.set_default("OMP_NUM_THREADS", std::to_string(step.cpus_per_task));
+  if (plan.snapshot_dir_explicit) {
+    env.set("DDP_SNAPSHOT_DIR", plan.snapshot_dir);
+  } else if (!plan.snapshot_dir.empty()) {
+    env.set_default("DDP_SNAPSHOT_DIR", plan.snapshot_dir);
+  }
   return env;
+}
+
+std::optional<std::string> snapshot_dir_to_prepare(const StepPlan& plan, const EnvLookup& user) {
+  if (plan.snapshot_dir.empty() || (!plan.snapshot_dir_explicit && user("DDP_SNAPSHOT_DIR"))) return std::nullopt;
+  return plan.snapshot_dir;
 }
 
 std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env) {

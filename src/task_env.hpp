@@ -19,6 +19,8 @@ struct StepPlan {
   bool verbose = false;
   std::string master_addr;  // first host of the step's node list
   PortChoice port;
+  std::string snapshot_dir;           // expanded; empty when neither --ddp-snapshot-dir nor snapshot_dir is set
+  bool snapshot_dir_explicit = false;  // from --ddp-snapshot-dir: replaces a DDP_SNAPSHOT_DIR of the environment
 };
 
 // Throws ddp::Error for a malformed node list, a bad reserved-port variable or an admin port range that
@@ -56,6 +58,10 @@ class TaskEnv {
 };
 
 TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user);
+
+// The snapshot directory the plugin creates before the tasks start: the one it exports, unless the user's own
+// DDP_SNAPSHOT_DIR wins over the admin default (then the runtime checks the user's directory itself).
+std::optional<std::string> snapshot_dir_to_prepare(const StepPlan& plan, const EnvLookup& user);
 
 // The --ddp-verbose line of one task.
 std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env);
