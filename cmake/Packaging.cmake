@@ -1,0 +1,30 @@
+# Debian packages through CPack, one per component, like other SPANK plugins ship:
+#   slurm-ddp-plugin   ddp.so and its plugstack.conf.d snippet (a conffile), tied to the Slurm series built against
+#   slurm-ddp-tools    ddp-topo, ddp-doctor, ddp-train and the sbatch templates
+# Build with: cpack -G DEB --config build/CPackConfig.cmake
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME slurm-ddp)
+set(CPACK_PACKAGE_VENDOR "slurm-ddp")
+set(CPACK_PACKAGE_CONTACT "slurm-ddp maintainers <maintainers@slurm-ddp.invalid>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "PyTorch distributed training on Slurm: srun --ddp")
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_COMPONENTS_ALL plugin tools)
+
+set(CPACK_DEBIAN_PLUGIN_PACKAGE_NAME slurm-ddp-plugin)
+set(CPACK_DEBIAN_PLUGIN_DESCRIPTION "SPANK plugin adding srun --ddp (torchrun's environment for every task)")
+if(DDP_SLURM_SERIES)
+  # Slurm loads a plugin only when built for its own release series.
+  set(CPACK_DEBIAN_PLUGIN_PACKAGE_DEPENDS
+      "slurm-wlm-basic-plugins (>= ${DDP_SLURM_SERIES}), slurm-wlm-basic-plugins (<< ${DDP_SLURM_NEXT_SERIES})")
+endif()
+set(_conffiles ${CMAKE_BINARY_DIR}/packaging/conffiles)
+file(WRITE ${_conffiles} "${DDP_PLUGSTACK_DIR}/ddp.conf\n")
+set(CPACK_DEBIAN_PLUGIN_PACKAGE_CONTROL_EXTRA ${_conffiles})
+
+set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME slurm-ddp-tools)
+set(CPACK_DEBIAN_TOOLS_DESCRIPTION "ddp-topo, ddp-doctor, ddp-train and sbatch templates for slurm-ddp")
+
+include(CPack)

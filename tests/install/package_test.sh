@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The Debian package of the plugin, built by CPack from the build tree ($1): right files, a conffile for the
+# plugstack snippet, a dependency on the Slurm series it was built for, and a plugin that srun loads.
+set -euo pipefail
+BUILD=${1:?usage: package_test.sh BUILD_DIR}
+WORK=$(mktemp -d /tmp/ddp-package-test.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+(cd "$WORK" && cpack -G DEB --config "$BUILD/CPackConfig.cmake" >cpack.log 2>&1) || fail "cpack: $(tail -5 "$WORK/cpack.log")"
+deb=$(ls "$WORK"/slurm-ddp-plugin_*.deb)
+plugin_dir=$(dirname "$(find /usr/lib -name auth_munge.so -path '*slurm*' | head -n 1)")
+
+dpkg-deb -c "$deb" | grep -q " \.$plugin_dir/ddp\.so$" || fail "ddp.so is not in $plugin_dir: $(dpkg-deb -c "$deb")"
+dpkg-deb -c "$deb" | grep -q ' \./etc/slurm/plugstack\.conf\.d/ddp\.conf$' || fail "no plugstack snippet"
+dpkg-deb -I "$deb" | grep -q 'Depends: slurm-wlm-basic-plugins (>= 22\.05), slurm-wlm-basic-plugins (<< 22\.06)' ||
+  fail "no dependency on the Slurm series: $(dpkg-deb -I "$deb" | grep Depends)"
+dpkg-deb -e "$deb" "$WORK/control"
+[ "$(cat "$WORK/control/conffiles")" = "/etc/slurm/plugstack.conf.d/ddp.conf" ] || fail "snippet is not a conffile"
+
+# The packaged plugin and snippet, unpacked into a scratch root, load in srun.
+dpkg-deb -x "$deb" "$WORK/root"
+grep -q "^required $plugin_dir/ddp.so$" "$WORK/root/etc/slurm/plugstack.conf.d/ddp.conf" || fail "snippet line"
+sed "s|$plugin_dir|$WORK/root$plugin_dir|" "$WORK/root/etc/slurm/plugstack.conf.d/ddp.conf" >"$WORK/plugstack.conf"
+printf 'ClusterName=pkg\nSlurmctldHost=localhost\nPlugStackConfig=%s\nNodeName=n1 CPUs=1\nPartitionName=p Nodes=n1\n' \
+  "$WORK/plugstack.conf" >"$WORK/slurm.conf"
+SLURM_CONF=$WORK/slurm.conf srun --help | grep -q -- '--ddp-snapshot-dir' || fail "srun does not load the packaged plugin"
+echo "package_test: OK"
