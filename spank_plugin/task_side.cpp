@@ -50,7 +50,11 @@ ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   step.num_tasks = item_u32(sp, S_JOB_TOTAL_TASK_COUNT, "the task count");
   step.local_tasks = item_u32(sp, S_JOB_LOCAL_TASK_COUNT, "the local task count");
   step.cpus_per_task = item_u32(sp, S_STEP_CPUS_PER_TASK, "the CPUs per task");
+  // Restarts so far: the job's requeues plus the attempts ddp-restart made inside this run of the job.
   step.restart_count = item_u32(sp, S_SLURM_RESTART_COUNT, "the restart count");
+  if (const auto attempt = get_env(sp, "DDP_RESTART_ATTEMPT")) {
+    step.restart_count += static_cast<uint32_t>(ddp::require_uint(*attempt, 0, 1000000, "DDP_RESTART_ATTEMPT"));
+  }
   step.node_list = get_env(sp, "SLURM_STEP_NODELIST").value_or("");
   step.reserved_ports = get_env(sp, "SLURM_STEP_RESV_PORTS").value_or("");
   if (const auto max_restarts = get_env(sp, "DDP_MAX_RESTARTS")) {

@@ -14,7 +14,7 @@ struct StepInfo {
   uint32_t num_tasks = 0;    // tasks of the step, all nodes
   uint32_t local_tasks = 0;  // tasks of the step on this node
   uint32_t cpus_per_task = 1;
-  uint32_t restart_count = 0;  // Slurm's requeue count (SLURM_RESTART_COUNT)
+  uint32_t restart_count = 0;  // Slurm's requeue count plus ddp-restart's attempt (DDP_RESTART_ATTEMPT)
   uint32_t max_restarts = 0;   // restarts the job script allows (DDP_MAX_RESTARTS), 0 when unset
   std::string node_list;       // SLURM_STEP_NODELIST
   std::string reserved_ports;  // SLURM_STEP_RESV_PORTS, empty when the cluster reserves none
