@@ -16,7 +16,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libtorch-dev libgloo-dev libopenblas0-pthread python3-torch
   libgtest-dev
-  iproute2 procps psmisc util-linux shellcheck
+  iproute2 procps psmisc util-linux shellcheck python3-yaml
 )
 
 install_packages() {
