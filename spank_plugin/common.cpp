@@ -89,6 +89,10 @@ using namespace ddp::spank;
 
 extern "C" int ddp_spank_init(spank_t sp, int ac, char** av) {
   return guarded([&] {
+    // Options exist only where users give them or steps receive them; slurmd and prolog/epilog contexts
+    // have none, and a failed init there would drain the node.
+    const spank_context_t context = spank_context();
+    if (context != S_CTX_LOCAL && context != S_CTX_REMOTE && context != S_CTX_ALLOCATOR) return 0;
     if (register_options(sp) != 0) return -1;
     try {
       state().config = ddp::parse_config(std::vector<std::string>(av, av + ac), plugstack_file());
