@@ -1,0 +1,99 @@
+#pragma once
+// What the plugin needs to know about a node's hardware, read once per node from hwloc (the running system or
+// an XML export) and kept as plain values: NVIDIA GPUs, network interfaces, RDMA devices, cores, and how close
+// each GPU is to each device. hwloc itself stays inside topology.cpp; nothing here holds hwloc objects.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+// How far apart two devices are, by where their paths from the CPUs meet; best first. The names are those of
+// `nvidia-smi topo -m` and NCCL, plus PKG for the step those two fold into SYS.
+enum class Closeness : uint8_t {
+  Pix,      // behind one PCIe switch: each device at most one bridge below the bridge where the paths meet
+  Pxb,      // behind a tree of PCIe switches, without going through the host bridge
+  Phb,      // under one PCIe host bridge (root complex)
+  Node,     // under different host bridges of one NUMA node
+  Package,  // different NUMA nodes of one package (SNC, NPS, Threadripper dies); NCCL and nvidia-smi say SYS
+  System,   // different packages: across the socket interconnect
+};
+const char* to_string(Closeness closeness);  // "PIX", "PXB", "PHB", "NODE", "PKG", "SYS"
+
+// Devices of one node are named by their index in NodeHardware's vectors.
+using DeviceIndex = size_t;
+
+struct Gpu {
+  std::string pci_bus_id;     // "0000:10:1c.0"
+  std::string model;          // the PCI database name, e.g. "GA100 [A100 SXM4 40GB]"; may be empty
+  unsigned device_number = 0;  // N of /dev/nvidiaN, which Slurm's gres/gpu lists in SLURM_STEP_GPUS
+  size_t locality = 0;        // into NodeHardware::localities: the CPUs nearest to the GPU
+  std::vector<Closeness> to_gpu;   // per NodeHardware::gpus
+  std::vector<Closeness> to_net;   // per NodeHardware::nets
+  std::vector<Closeness> to_rdma;  // per NodeHardware::rdma
+  std::optional<DeviceIndex> nic;  // the closest network interface, spread over equally close ones
+  std::optional<DeviceIndex> hca;  // the closest RDMA device, likewise
+};
+
+struct NetInterface {
+  std::string name;        // the kernel's interface name: what NCCL_SOCKET_IFNAME takes
+  std::string pci_bus_id;  // empty for an interface hwloc found outside PCI
+  std::optional<DeviceIndex> rdma;  // the RDMA device on the same PCI function: this is its IPoIB interface
+};
+
+enum class RdmaKind : uint8_t {
+  InfiniBand,  // verbs HCA on an InfiniBand link (PCI class 0x0207): mlx5_*
+  RoCE,        // verbs HCA on an Ethernet link
+  Efa,         // AWS Elastic Fabric Adapter (vendor 0x1d0f): rdmap*; NCCL reaches it through aws-ofi-nccl
+  Other,       // any other verbs device (Omni-Path, iWARP...)
+};
+const char* to_string(RdmaKind kind);
+
+struct RdmaDevice {
+  std::string name;  // mlx5_0, rdmap16s27
+  std::string pci_bus_id;
+  RdmaKind kind = RdmaKind::Other;
+};
+
+// A set of CPUs some device or memory is local to.
+struct Locality {
+  std::vector<unsigned> cpus;   // OS CPU (PU) ids, sorted
+  std::vector<size_t> cores;    // into NodeHardware::cores: the cores with a CPU in `cpus`
+};
+
+struct NumaNode {
+  unsigned os_index = 0;
+  size_t locality = 0;                 // into NodeHardware::localities
+  std::optional<DeviceIndex> nic;      // closest network interface to these CPUs (for tasks without a GPU)
+  std::optional<Closeness> nic_closeness;
+  std::optional<DeviceIndex> hca;
+  std::optional<Closeness> hca_closeness;
+};
+
+struct NodeHardware {
+  std::string source;  // "this system" or the XML file read
+  bool this_system = false;  // read from the running machine: its interfaces and affinity are the real ones
+  unsigned packages = 0;
+  unsigned pus = 0;
+  // Cores in hwloc's logical order, which is Slurm's core numbering (S_STEP_ALLOC_CORES); each with its OS CPU ids.
+  std::vector<std::vector<unsigned>> cores;
+  std::vector<Gpu> gpus;             // NVIDIA GPUs in PCI bus order: CUDA's order with CUDA_DEVICE_ORDER=PCI_BUS_ID
+  std::vector<NetInterface> nets;    // in PCI bus order, interfaces outside PCI last
+  std::vector<RdmaDevice> rdma;      // in PCI bus order
+  std::vector<NumaNode> numa_nodes;  // in OS index order
+  std::vector<Locality> localities;  // distinct; shared by GPUs and NUMA nodes with the same CPUs
+};
+
+// Reads the topology of `xml_path`, else of $HWLOC_XMLFILE when set, else of the running system, with its
+// I/O devices. On the running system the whole machine is read, even CPUs this process may not use, so core
+// numbers match Slurm's, and GPU device numbers come from the NVIDIA driver (/proc/driver/nvidia/gpus) when it
+// is loaded, else from PCI bus order. Throws ddp::Error naming the file or hwloc's failure.
+NodeHardware load_node_hardware(const std::optional<std::string>& xml_path = std::nullopt);
+
+// The /dev/nvidiaN number of each GPU the NVIDIA driver lists under `proc_dir`, by PCI bus id ("Device Minor:"
+// of each `information` file). Empty when the driver is not loaded. Bounded: one small read per GPU directory.
+std::vector<std::pair<std::string, unsigned>> read_nvidia_device_numbers(
+    const std::string& proc_dir = "/proc/driver/nvidia/gpus");
+
+}  // namespace ddp
