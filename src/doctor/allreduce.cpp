@@ -1,0 +1,118 @@
+#include "doctor/allreduce.hpp"
+
+namespace ddp::doctor {
+namespace {
+
+std::string encode_outcome(const std::string& error, const std::vector<AllreduceTiming>& timings) {
+  WireWriter out;
+  out.put(error).put_int(static_cast<int64_t>(timings.size()));
+  for (const auto& t : timings) out.put_int(static_cast<int64_t>(t.bytes)).put_int(t.correct);
+  return out.bytes();
+}
+
+// Rank 0's view of what every member reported: the first error, and the members with a wrong sum per size.
+struct Outcomes {
+  std::string error;
+  std::vector<std::vector<std::string>> wrong_on;  // per size
+};
+
+Outcomes collect(Transport& transport, const std::vector<std::string>& messages, size_t sizes) {
+  Outcomes outcomes;
+  outcomes.wrong_on.resize(sizes);
+  for (size_t m = 0; m < messages.size(); ++m) {
+    const std::string who = "rank " + std::to_string(transport.members()[m]);
+    WireReader in(messages[m]);
+    const std::string error = in.get();
+    if (!error.empty() && outcomes.error.empty()) outcomes.error = who + ": " + error;
+    const auto count = static_cast<size_t>(in.get_int());
+    for (size_t s = 0; s < count && s < sizes; ++s) {
+      in.get_int();
+      if (in.get_int() == 0) outcomes.wrong_on[s].push_back(who);
+    }
+  }
+  return outcomes;
+}
+
+std::string unavailable_reasons(Transport& transport, const std::vector<std::string>& reasons) {
+  std::string text;
+  for (size_t m = 0; m < reasons.size(); ++m) {
+    if (reasons[m].empty()) continue;
+    text += (text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(transport.members()[m]) + ": " +
+            reasons[m];
+  }
+  return text;
+}
+
+}  // namespace
+
+std::vector<AllreduceSize> allreduce_sizes(bool quick) {
+  if (quick) return {{64u << 10, 5}, {1u << 20, 5}, {4u << 20, 3}};
+  return {{1u << 20, 20}, {16u << 20, 10}, {128u << 20, 5}};
+}
+
+double algorithm_bandwidth(size_t bytes, double seconds) {
+  return seconds > 0 ? static_cast<double>(bytes) / seconds : 0;
+}
+
+double bus_bandwidth(double algorithm_bandwidth, int ranks) {
+  if (ranks < 2) return 0;
+  return algorithm_bandwidth * 2.0 * (ranks - 1) / ranks;
+}
+
+float fill_value(int member_index) { return static_cast<float>(member_index + 1); }
+
+float expected_sum(int ranks) { return static_cast<float>(ranks) * static_cast<float>(ranks + 1) / 2; }
+
+std::vector<CheckResult> grade_allreduce(const std::string& backend, const std::vector<AllreduceTiming>& timings,
+                                         int ranks, const std::vector<std::vector<std::string>>& wrong_on) {
+  std::vector<CheckResult> results;
+  for (size_t i = 0; i < timings.size(); ++i) {
+    const auto& t = timings[i];
+    const double algbw = algorithm_bandwidth(t.bytes, t.seconds);
+    const bool wrong = i < wrong_on.size() && !wrong_on[i].empty();
+    std::string detail = "algbw " + format_gbytes(algbw) + ", " + format_seconds(t.seconds) + " per all-reduce, " +
+                         std::to_string(ranks) + " ranks";
+    if (wrong) {
+      detail = "wrong sums on ";
+      for (size_t w = 0; w < wrong_on[i].size(); ++w) detail += (w ? ", " : "") + wrong_on[i][w];
+      detail += ": data is corrupted between ranks (faulty NIC, driver or memory); expected every element to be " +
+                format_fixed(expected_sum(ranks), 0);
+    }
+    results.push_back(make_result("allreduce." + backend, wrong ? Status::Fail : Status::Ok,
+                                  "busbw " + format_gbytes(bus_bandwidth(algbw, ranks)) + " @ " + format_bytes(t.bytes),
+                                  "sum correct", detail));
+  }
+  return results;
+}
+
+std::vector<CheckResult> check_allreduce(Transport& transport, AllreduceBackend& backend,
+                                         const CollectiveSetup& setup, const std::vector<AllreduceSize>& sizes,
+                                         const std::function<void(const std::string&)>& progress) {
+  const std::string check = "allreduce." + backend.name();
+  const int ranks = static_cast<int>(transport.members().size());
+  const auto reasons = all_gather(transport, backend.unavailable(), Deadline::after(setup.timeout));
+  const std::string unavailable = unavailable_reasons(transport, reasons);
+  if (!unavailable.empty()) return transport.rank() == 0 ? std::vector<CheckResult>{skipped(check, unavailable)}
+                                                          : std::vector<CheckResult>{};
+  if (ranks < 2) return transport.rank() == 0 ? std::vector<CheckResult>{skipped(check, "one rank")}
+                                               : std::vector<CheckResult>{};
+  if (progress) progress("all-reduce " + backend.name() + " over " + std::to_string(ranks) + " ranks");
+  std::vector<AllreduceTiming> timings;
+  std::string error;
+  try {
+    timings = backend.run(transport, setup, sizes);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // A backend that failed on one rank may fail later on another: give everyone a backend timeout to get here.
+  const auto messages = gather(transport, encode_outcome(error, timings), Deadline::after(3 * setup.timeout));
+  if (transport.rank() != 0) return {};
+  const Outcomes outcomes = collect(transport, messages, sizes.size());
+  if (!outcomes.error.empty()) {
+    return {make_result(check, Status::Fail, "failed", "sum correct",
+                        outcomes.error + " (the interface, ports between nodes, or the backend's own setup)")};
+  }
+  return grade_allreduce(backend.name(), timings, ranks, outcomes.wrong_on);
+}
+
+}  // namespace ddp::doctor

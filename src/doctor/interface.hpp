@@ -1,0 +1,51 @@
+#pragma once
+// The socket interface Gloo and NCCL will use: which one, whether it is up, its address and link speed.
+// Reads only the kernel's state (getifaddrs, sysfs, a UDP socket that is connected but never sends).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "doctor/check.hpp"
+#include "task_env.hpp"
+
+namespace ddp::doctor {
+
+struct InterfaceInfo {
+  std::string name;
+  bool exists = false;
+  bool up = false;       // IFF_UP: switched on
+  bool running = false;  // IFF_RUNNING: has a carrier
+  std::vector<std::string> addresses;  // numeric; IPv4 first, then IPv6 other than link-local
+  std::optional<long> speed_mbps;      // /sys/class/net/NAME/speed; none for virtual interfaces
+};
+
+InterfaceInfo read_interface(const std::string& name, const std::string& sysfs_root = "/sys");
+std::vector<std::string> list_interfaces();
+
+// The local address and interface the kernel would use to reach `numeric_address`.
+struct Route {
+  std::string source_address;
+  std::string interface;
+};
+std::optional<Route> route_to(const std::string& numeric_address);
+
+bool is_local_address(const std::string& numeric_address);
+
+struct InterfaceChoice {
+  std::string name;    // empty when `error` says why none could be chosen
+  std::string source;  // "--interface", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "route to MASTER_ADDR"
+  std::string error;
+};
+
+// The interface as Gloo would pick it: --interface, else GLOO_SOCKET_IFNAME (its first entry), else a
+// concrete NCCL_SOCKET_IFNAME (entries are name prefixes unless they start with '='; '^' lists only exclude,
+// so they choose nothing), else the interface of the route to MASTER_ADDR (`master_ip`, numeric).
+InterfaceChoice choose_interface(const std::optional<std::string>& option, const EnvLookup& env,
+                                 const std::string& master_ip);
+
+// net.interface: the chosen interface exists, is up, has a carrier and an address.
+CheckResult check_interface(const InterfaceChoice& choice, const InterfaceInfo& info);
+// net.link_speed: WARN under `min_gbps` (the guides' 10 Gbit/s).
+CheckResult check_link_speed(const InterfaceInfo& info, double min_gbps);
+
+}  // namespace ddp::doctor

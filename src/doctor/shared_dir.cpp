@@ -1,0 +1,139 @@
+#include "doctor/shared_dir.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "doctor/storage.hpp"
+#include "error.hpp"
+#include "parse.hpp"
+
+namespace ddp::doctor {
+namespace {
+
+constexpr auto kTokenPatience = std::chrono::seconds(3);
+constexpr auto kRetryPause = std::chrono::milliseconds(100);
+
+bool token_readable(const std::string& dir, const std::string& nonce, int rank) {
+  std::ifstream file(token_path(dir, nonce, rank));
+  std::stringstream content;
+  content << file.rdbuf();
+  return file && content.str() == token_content(nonce, rank);
+}
+
+std::string new_nonce() {
+  std::random_device random;
+  std::stringstream text;
+  text << std::hex << random() << random();
+  return text.str();
+}
+
+std::vector<Peer> sharing_leaders(const std::vector<Peer>& peers) {
+  std::vector<Peer> found;
+  for (const auto& peer : leaders(peers)) {
+    if (peer.storage_ok) found.push_back(peer);
+  }
+  return found;
+}
+
+}  // namespace
+
+std::string token_path(const std::string& dir, const std::string& nonce, int rank) {
+  return dir + "/" + kDoctorFilePrefix + "shared-" + nonce + "-" + std::to_string(rank);
+}
+
+std::string token_content(const std::string& nonce, int rank) {
+  return "ddp-doctor run " + nonce + " rank " + std::to_string(rank) + "\n";
+}
+
+void write_token(const std::string& dir, const std::string& nonce, int rank) {
+  const std::string path = token_path(dir, nonce, rank);
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw Error("cannot create " + quote(path) + ": " + std::strerror(errno));
+  const std::string content = token_content(nonce, rank);
+  // fsync and close before the others look: close-to-open is all NFS promises.
+  const bool written = write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
+                       fsync(fd) == 0;
+  close(fd);
+  if (!written) throw Error("cannot write " + quote(path) + ": " + std::strerror(errno));
+}
+
+std::vector<int> missing_tokens(const std::string& dir, const std::string& nonce, const std::vector<int>& ranks,
+                                std::chrono::milliseconds patience) {
+  const auto give_up = std::chrono::steady_clock::now() + patience;
+  std::vector<int> missing = ranks;
+  for (;;) {
+    std::vector<int> still;
+    for (const int rank : missing) {
+      if (!token_readable(dir, nonce, rank)) still.push_back(rank);
+    }
+    missing = std::move(still);
+    if (missing.empty() || std::chrono::steady_clock::now() >= give_up) return missing;
+    std::this_thread::sleep_for(kRetryPause);
+  }
+}
+
+CheckResult grade_shared(const std::string& dir, const std::vector<int>& missing, const std::vector<Peer>& others) {
+  const std::string threshold = "all nodes' tokens";
+  const std::string value = std::to_string(others.size() - missing.size()) + " of " + std::to_string(others.size()) +
+                            " other node(s)";
+  if (missing.empty()) return make_result("storage.shared", Status::Ok, value, threshold, dir);
+  std::string unseen;
+  for (const auto& peer : others) {
+    if (std::find(missing.begin(), missing.end(), peer.rank) != missing.end()) {
+      unseen += (unseen.empty() ? "" : ", ") + describe(peer);
+    }
+  }
+  return make_result("storage.shared", Status::Fail, value, threshold,
+                     "files written by " + unseen + " do not appear in " + quote(dir) +
+                         ": it is not the same directory on every node (a node-local disk or tmpfs?); put "
+                         "DDP_SNAPSHOT_DIR on storage all nodes share, or a restarted job will not find its snapshots");
+}
+
+std::vector<CheckResult> check_shared_dir(Transport& transport, const std::vector<Peer>& peers,
+                                          const std::string& dir, std::chrono::milliseconds timeout) {
+  const std::vector<Peer> sharing = sharing_leaders(peers);
+  const std::string nonce = broadcast(transport, transport.rank() == 0 ? new_nonce() : "", Deadline::after(timeout));
+  const auto me = std::find_if(sharing.begin(), sharing.end(), [&](const Peer& p) { return p.rank == transport.rank(); });
+  const bool taking_part = me != sharing.end() && sharing.size() > 1;
+  std::string write_error;
+  if (taking_part) {
+    try {
+      write_token(dir, nonce, transport.rank());
+    } catch (const std::exception& e) {
+      write_error = e.what();
+    }
+  }
+  barrier(transport, Deadline::after(timeout));
+  std::vector<CheckResult> results;
+  if (taking_part) {
+    std::vector<Peer> others;
+    std::vector<int> other_ranks;
+    for (const auto& peer : sharing) {
+      if (peer.rank == transport.rank()) continue;
+      others.push_back(peer);
+      other_ranks.push_back(peer.rank);
+    }
+    results.push_back(write_error.empty()
+                          ? grade_shared(dir, missing_tokens(dir, nonce, other_ranks, kTokenPatience), others)
+                          : make_result("storage.shared", Status::Fail, "no token", "all nodes' tokens", write_error));
+    results.back().rank = me->rank;
+    results.back().host = me->host;
+  }
+  if (transport.rank() == 0 && sharing.size() < 2) {
+    results.push_back(skipped("storage.shared", "fewer than two nodes with a usable snapshot directory"));
+  }
+  // Everyone has looked before anyone removes a token.
+  barrier(transport, Deadline::after(timeout + kTokenPatience));
+  if (taking_part) unlink(token_path(dir, nonce, transport.rank()).c_str());
+  return results;
+}
+
+}  // namespace ddp::doctor
