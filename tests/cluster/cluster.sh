@@ -1,0 +1,593 @@
+#!/usr/bin/env bash
+# A real Slurm 22.05 test cluster on one machine: munged, slurmctld and N slurmd, each slurmd in its own
+# network, UTS and mount namespace so that every node looks like a separate host. Needs root.
+#
+#   cluster.sh up [--nodes N] [--plugin /path/ddp.so] [--plugstack-args "k=v ..."]
+#   cluster.sh down                      stop everything, remove every trace (also when nothing is up)
+#   cluster.sh env                       `export VAR=value` lines for tests: eval "$(cluster.sh env)"
+#   cluster.sh exec [--root] [--cwd DIR] CMD...
+#                                        CMD (srun, sbatch, squeue, scontrol...) against the cluster, as
+#                                        $DDP_CLUSTER_USER unless --root, clean environment, cwd the shared dir
+#   cluster.sh node NODE [--user] CMD... CMD inside NODE's namespaces, as root unless --user
+#   cluster.sh plugstack [LINE...]       rewrite the plugstack file (no LINE: empty); read again at every step
+#   cluster.sh logs [LINES]              tail of every daemon log
+#   cluster.sh status                    sinfo of the cluster
+#
+# Layout (state directory $DDP_CLUSTER_DIR, default /tmp/ddp-cluster, one cluster per machine):
+#   node1..nodeN   hostnames (UTS namespaces); /etc/hosts lines tagged "# ddp-test-cluster" make them
+#                  resolve on the host and on every node (all share /etc/hosts).
+#   eth0           10.77.0.K/24 on node K, bridge ddpbr0; the host (slurmctld, srun) is 10.77.0.254, ddp-head.
+#                  Node names resolve to these addresses, so MASTER_ADDR=node1 is reached through eth0.
+#   eth1           10.78.0.K/24 on node K, bridge ddpbr1, which the host has no address on: a second NIC
+#                  that reaches the other nodes but not the master's name, for NIC selection tests.
+#                  Host-side veth ends are ddpvKe0 / ddpvKe1; network namespaces ddp-nodeK (`ip netns`).
+#   $DIR/shared    one directory seen by every node and the host (mode 1777).
+#   $DIR/local     node-private: a tmpfs mounted at this same path in each node's mount namespace; its file
+#                  .node names the node. On the host the path is an empty directory of its own.
+#   $DIR/etc       slurm.conf, mpi.conf, plugstack.conf; $DIR/log: slurmctld.log, slurmd-nodeK.log,
+#                  munged.log, jobcomp.log.
+#   Ports          slurmctld 16817, slurmd 16818 (not Slurm's 6817/6818), MpiParams ports 12000-12999 (below
+#                  the kernel's ephemeral range).
+#   User           jobs run as $DDP_CLUSTER_USER (default ddpuser, created if missing).
+#
+# Observed on Debian's Slurm 22.05.8 here (checked, not assumed):
+# - srun runs from the host's own namespace: slurmd logs the launch as coming from 10.77.0.254 (the route to the
+#   node goes over ddpbr0) and slurmstepd connects back there. No login namespace is needed; `cluster.sh exec`
+#   runs clients on the host as the job user with a clean environment (PATH without pyenv, so `python3` is
+#   Debian's /usr/bin/python3 with torch) in the shared directory.
+# - With MpiParams=ports, a plain srun step gets SLURM_STEP_RESV_PORTS: (most tasks on one node + 1) ports, e.g.
+#   12001-12003 for -N2 --ntasks-per-node=2, the same range on every node; concurrent steps get disjoint ranges.
+#   `srun --resv-ports` WITHOUT a count reserves none (the variable is unset); `--resv-ports=N` reserves N.
+#   The batch step has none.
+# - `srun --mpi=pmix` (Debian's OpenMPI 4.1, PMIx 4) works across the nodes. Without a node-private client
+#   directory it fails at launch: slurmstepd on the second node logs `Cannot create client cli tmpdir:
+#   "/tmp/spmix_appdir_<uid>_<job>.<step>": File exists` (the default base is TmpFS, and /tmp is shared). Both
+#   TmpFS and mpi.conf's PMIxCliTmpDirBase point at the node-private directory here.
+# - `sbatch --wait` polls slowly (10 s for a 1 s job); lib.sh's wait_job polls every 0.2 s.
+# - `-N2 -n4` places 3+1 tasks (block over 4 claimed CPUs per node): ask for --ntasks-per-node=2.
+# - munged logs "Unauthorized credential for client UID=0" and "Replayed credential" at each step; harmless.
+set -Eeuo pipefail
+# A command failing under set -e would otherwise end the script without a word.
+trap 'say "error: line $LINENO: \"$BASH_COMMAND\" failed (exit $?)"' ERR
+
+readonly DIR=${DDP_CLUSTER_DIR:-/tmp/ddp-cluster}
+readonly CLUSTER_USER=${DDP_CLUSTER_USER:-ddpuser}
+readonly NET0=${DDP_CLUSTER_NET0:-10.77.0}   # first three octets of the /24 of eth0
+readonly NET1=${DDP_CLUSTER_NET1:-10.78.0}   # and of eth1
+readonly HOST_OCTET=254
+readonly CTLD_PORT=16817 SLURMD_PORT=16818 RESV_PORTS=12000-12999
+readonly MARKER="# ddp-test-cluster"
+readonly NETNS_PREFIX=ddp-node BRIDGE0=ddpbr0 BRIDGE1=ddpbr1
+readonly CONF=$DIR/etc/slurm.conf SHARED=$DIR/shared LOCAL=$DIR/local NSDIR=$DIR/ns LOG=$DIR/log
+readonly LOCK=/run/ddp-test-cluster.lock
+readonly SAFE_PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin
+
+say() { echo "cluster.sh: $*" >&2; }
+elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}'; }
+die() { say "error: $*"; exit 1; }
+
+need_root() {
+  if [ "$(id -u)" -ne 0 ]; then
+    say "skipped: needs root (network namespaces, slurmd); run as root or with sudo"
+    exit 77
+  fi
+}
+
+need_tools() {
+  local t missing=()
+  for t in slurmctld slurmd srun sinfo scontrol munged ip nsenter unshare setpriv flock findmnt useradd; do
+    command -v "$t" >/dev/null || missing+=("$t")
+  done
+  [ ${#missing[@]} -eq 0 ] || die "missing ${missing[*]}: install slurmctld slurmd slurm-client munge iproute2 util-linux (./run.sh setup)"
+}
+
+# Deleting the state directory recursively is only safe when it is ours.
+check_dir_is_ours() {
+  case $DIR in
+    /*/*) ;;
+    *) die "DDP_CLUSTER_DIR=$DIR must be an absolute path below a top-level directory, e.g. /tmp/ddp-cluster" ;;
+  esac
+  if [ -e "$DIR" ] && [ ! -e "$DIR/.ddp-test-cluster" ] && [ -n "$(ls -A "$DIR" 2>/dev/null)" ]; then
+    die "$DIR exists and is not a test cluster's state directory; remove it or set DDP_CLUSTER_DIR elsewhere"
+  fi
+}
+
+# Daemons must not inherit the lock's descriptor, or they hold the lock for their whole life.
+daemon() { "$@" 9>&-; }
+
+lock() {
+  exec 9>"$LOCK"
+  flock -w 120 9 || die "another cluster.sh holds $LOCK for over 120 s; is a test run still going?"
+}
+
+# ---------------------------------------------------------------------------------------------------- teardown
+
+ns_names() { ip netns list 2>/dev/null | awk -v p="^${NETNS_PREFIX}[0-9]+\$" '$1 ~ p {print $1}'; }
+
+# pgrep warns about, though it matches, an alternation longer than 15 characters: one name at a time.
+pids_named() {
+  local n
+  for n in "$@"; do pgrep -x "$n" || true; done
+}
+
+# Host-side clients (srun waiting for a dead step, sbatch --wait) of this cluster, found by their SLURM_CONF.
+host_clients() {
+  local pid
+  for pid in $(pids_named srun sbatch salloc sattach); do
+    tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qFx "SLURM_CONF=$CONF" && echo "$pid"
+  done
+  true
+}
+
+# Daemons on the host: by pid file, and by a command line naming our state directory (a pid file may be gone).
+host_daemons() {
+  local f pid
+  for f in slurmctld:"$DIR/run/slurmctld.pid" munged:"$DIR/munge/munged.pid"; do
+    # A stale pid file may name a recycled pid: only take it if the process has the daemon's name.
+    pid=$(cat "${f#*:}" 2>/dev/null) || continue
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "${f%%:*}" ] && echo "$pid"
+  done
+  for pid in $(pids_named slurmctld munged slurmd); do
+    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF "$DIR/" && echo "$pid"
+  done
+  true
+}
+
+# Everything in the node namespaces: slurmd, slurmstepd and every job process, whatever it forked into.
+node_pids() {
+  local ns
+  for ns in $(ns_names); do ip netns pids "$ns" 2>/dev/null || true; done
+}
+
+# Zombies are left out: SIGKILL cannot end them, only their parent's wait (see wait_reaped).
+our_pids() {
+  local pid
+  for pid in $( { node_pids; host_clients; host_daemons; } | sort -u); do
+    [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] || echo "$pid"
+  done | tr '\n' ' '
+}
+
+# SIGKILL at once: nothing of a test cluster is worth a graceful stop, and slurmstepd ignores SIGTERM.
+# Loop, because a slurmd or slurmstepd may fork between our scan and our kill.
+kill_all() {
+  local pids killed="" i
+  for i in $(seq 20); do
+    pids=$(our_pids)
+    [ -n "${pids// }" ] || break
+    killed+=" $pids"
+    # shellcheck disable=SC2086  # word splitting of the pid list is wanted
+    kill -KILL $pids 2>/dev/null || true  # some may have exited since the scan
+    sleep 0.1
+  done
+  [ -z "${pids// }" ] || say "warning: processes survived SIGKILL: $pids"
+  wait_reaped "$killed"
+}
+
+# A killed slurmstepd is reparented to PID 1 and stays a zombie (visible to pgrep) until PID 1 reaps it.
+wait_reaped() {
+  local pid left i
+  for i in $(seq 100); do
+    left=""
+    for pid in $1; do [ -e "/proc/$pid" ] && left+=" $pid"; done
+    [ -n "$left" ] || return 0
+    sleep 0.1
+  done
+  say "warning: processes not reaped by PID 1:$left"
+}
+
+remove_network() {
+  local ns link
+  for ns in $(ns_names); do ip netns delete "$ns" 2>/dev/null || true; done
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{sub(/@.*/, "", $2); print $2}' |
+                grep -E "^(ddpv[0-9]+e[01]|$BRIDGE0|$BRIDGE1)$" || true); do
+    ip link delete "$link" 2>/dev/null || true
+  done
+}
+
+remove_hosts_lines() {
+  grep -qF "$MARKER" /etc/hosts || return 0
+  local tmp
+  tmp=$(mktemp)
+  grep -vF "$MARKER" /etc/hosts >"$tmp" || true
+  # Rewrite in place rather than rename: /etc/hosts may be a bind mount in containers.
+  cat "$tmp" >/etc/hosts
+  rm -f "$tmp"
+}
+
+unmount_state() {
+  local m
+  for m in $(findmnt -rn -o TARGET | grep -E "^$DIR(/|$)" | sort -r || true); do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || say "warning: cannot unmount $m"
+  done
+  if findmnt -rn -o TARGET | grep -qE "^$DIR(/|$)"; then
+    die "mounts remain under $DIR (see findmnt); not deleting it"
+  fi
+}
+
+teardown() {
+  kill_all
+  remove_network
+  remove_hosts_lines
+  if [ -d "$DIR" ]; then
+    unmount_state
+    rm -rf "$DIR"
+  fi
+}
+
+leftovers() {
+  local left=""
+  [ -z "$(ns_names)" ] || left+=" netns:$(ns_names | tr '\n' ' ')"
+  ip link show "$BRIDGE0" >/dev/null 2>&1 && left+=" bridge:$BRIDGE0"
+  ip link show "$BRIDGE1" >/dev/null 2>&1 && left+=" bridge:$BRIDGE1"
+  grep -qF "$MARKER" /etc/hosts && left+=" /etc/hosts-lines"
+  [ -e "$DIR" ] && left+=" dir:$DIR"
+  [ -z "$(host_daemons)" ] || left+=" daemons:$(host_daemons | tr '\n' ' ')"
+  echo "$left"
+}
+
+cmd_down() {
+  need_root
+  check_dir_is_ours
+  lock
+  local t0=$EPOCHREALTIME left
+  teardown
+  left=$(leftovers)
+  [ -z "$left" ] || die "teardown left:$left"
+  say "down in $(elapsed "$t0") s"
+}
+
+# ---------------------------------------------------------------------------------------------------- bring-up
+
+check_subnet_free() {
+  local net=$1 clash
+  clash=$(ip -4 route show match "$net.1" 2>/dev/null | grep -v '^default' || true)
+  [ -z "$clash" ] || die "subnet $net.0/24 is already routed here ($clash); set DDP_CLUSTER_NET0/NET1 to free /24 prefixes, e.g. DDP_CLUSTER_NET0=10.177.0"
+}
+
+ensure_user() {
+  id -u "$CLUSTER_USER" >/dev/null 2>&1 && return 0
+  useradd --create-home --shell /bin/bash "$CLUSTER_USER" || die "cannot create user $CLUSTER_USER"
+}
+
+make_dirs() {
+  mkdir -p "$DIR"
+  touch "$DIR/.ddp-test-cluster"
+  chmod 0755 "$DIR"
+  mkdir -p "$DIR"/{etc,log,run,ctld,spool,munge,ns} "$SHARED" "$LOCAL"
+  chmod 1777 "$SHARED" "$LOCAL"
+  : >"$DIR/etc/plugstack.conf"
+}
+
+start_munge() {
+  local m=$DIR/munge
+  chown munge:munge "$m"
+  chmod 0755 "$m"
+  # A key of our own: the cluster then trusts nothing signed by the machine's munge.key, and needs none.
+  if command -v mungekey >/dev/null; then
+    mungekey --create --keyfile="$m/munge.key" 2>/dev/null
+  else
+    dd if=/dev/urandom of="$m/munge.key" bs=1024 count=1 status=none
+  fi
+  chown munge:munge "$m/munge.key"
+  chmod 0400 "$m/munge.key"
+  install -o munge -g munge -m 0640 /dev/null "$LOG/munged.log"
+  daemon setpriv --reuid=munge --regid=munge --init-groups munged --socket="$m/munge.socket" \
+    --key-file="$m/munge.key" --pid-file="$m/munged.pid" --seed-file="$m/munged.seed" \
+    --log-file="$LOG/munged.log" || die "munged did not start: $(tail -n 5 "$LOG/munged.log")"
+  wait_for 10 "munged" munge_ok
+}
+
+munge_ok() { munge -n --socket="$DIR/munge/munge.socket" 2>/dev/null | unmunge --socket="$DIR/munge/munge.socket" >/dev/null 2>&1; }
+
+# wait_for SECONDS WHAT CMD...: poll CMD every 0.1 s.
+wait_for() {
+  local limit=$1 what=$2 end
+  shift 2
+  end=$((SECONDS + limit))
+  until "$@"; do
+    [ "$SECONDS" -lt "$end" ] || { say "timed out after ${limit} s waiting for $what"; return 1; }
+    sleep 0.1
+  done
+}
+
+add_bridge() {  # NAME PREFIX HOST_ADDR(yes|no)
+  ip link add "$1" type bridge
+  [ "$3" = yes ] && ip addr add "$2.$HOST_OCTET/24" dev "$1"
+  ip link set "$1" up
+}
+
+add_node_nic() {  # NODE_INDEX IFINDEX(0|1) BRIDGE PREFIX
+  local k=$1 i=$2 host=ddpv$1e$2 ns=$NETNS_PREFIX$1
+  ip link add "$host" type veth peer name "eth$i" netns "$ns"
+  ip link set "$host" master "$3" up
+  ip -n "$ns" addr add "$4.$k/24" dev "eth$i"
+  ip -n "$ns" link set "eth$i" up
+}
+
+setup_network() {
+  local k
+  check_subnet_free "$NET0"
+  check_subnet_free "$NET1"
+  add_bridge "$BRIDGE0" "$NET0" yes
+  add_bridge "$BRIDGE1" "$NET1" no
+  for k in $(seq "$NODES"); do
+    ip netns add "$NETNS_PREFIX$k"
+    ip -n "$NETNS_PREFIX$k" link set lo up
+    add_node_nic "$k" 0 "$BRIDGE0" "$NET0"
+    add_node_nic "$k" 1 "$BRIDGE1" "$NET1"
+  done
+}
+
+add_hosts_lines() {
+  local k
+  {
+    echo "$NET0.$HOST_OCTET ddp-head $MARKER"
+    for k in $(seq "$NODES"); do echo "$NET0.$k node$k $MARKER"; done
+  } >>/etc/hosts
+}
+
+# Each node gets a UTS namespace (its hostname) and a mount namespace (a tmpfs at $LOCAL). unshare keeps them
+# alive by bind-mounting them onto files, which must sit on a private mount (else the kernel refuses: loops).
+setup_node_namespaces() {
+  local k
+  mount --bind "$NSDIR" "$NSDIR"
+  mount --make-private "$NSDIR"
+  for k in $(seq "$NODES"); do
+    touch "$NSDIR/node$k.uts" "$NSDIR/node$k.mnt"
+    unshare --uts="$NSDIR/node$k.uts" hostname "node$k"
+    # Inside: drop the copy of $NSDIR (it would pin the other nodes' namespaces) and mount the private tmpfs.
+    unshare --mount="$NSDIR/node$k.mnt" --propagation private sh -ec "
+      umount -l '$NSDIR'
+      mount -t tmpfs -o size=256m,mode=1777 ddp-node$k-local '$LOCAL'
+      echo node$k >'$LOCAL/.node'
+      mkdir -m 0755 '$LOCAL/pmix'"
+  done
+}
+
+in_node() {  # NODE_INDEX CMD...
+  local k=$1
+  shift
+  nsenter --net="/run/netns/$NETNS_PREFIX$k" --uts="$NSDIR/node$k.uts" --mount="$NSDIR/node$k.mnt" -- "$@"
+}
+
+write_slurm_conf() {
+  local k host
+  host=$(hostname)
+  cat >"$CONF" <<EOF
+# Written by tests/cluster/cluster.sh; removed by \`cluster.sh down\`.
+ClusterName=ddptest
+SlurmctldHost=$host($NET0.$HOST_OCTET)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$DIR/munge/munge.socket
+CredType=cred/munge
+StateSaveLocation=$DIR/ctld
+SlurmdSpoolDir=$DIR/spool/%n
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmctldLogFile=$LOG/slurmctld.log
+SlurmdLogFile=$LOG/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+PlugStackConfig=$DIR/etc/plugstack.conf
+# cgroup plugins cannot work in these namespaces; linuxproc tracks by process tree.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$LOG/jobcomp.log
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/backfill
+MpiDefault=none
+MpiParams=ports=$RESV_PORTS
+# Nodes claim more CPUs than this machine has, so multi-task and concurrent steps fit.
+SlurmdParameters=config_overrides
+ReturnToService=2
+JobRequeue=1
+KillWait=2
+MinJobAge=20
+InactiveLimit=0
+MessageTimeout=10
+SlurmdTimeout=60
+TmpFS=$LOCAL
+EOF
+  for k in $(seq "$NODES"); do
+    echo "NodeName=node$k NodeAddr=$NET0.$k NodeHostname=node$k CPUs=4 RealMemory=2048 State=UNKNOWN" >>"$CONF"
+  done
+  echo "PartitionName=ddp Nodes=node[1-$NODES] Default=YES MaxTime=INFINITE State=UP" >>"$CONF"
+  echo "PMIxCliTmpDirBase=$LOCAL/pmix" >"$DIR/etc/mpi.conf"
+  chmod 0644 "$CONF" "$DIR/etc/mpi.conf"
+}
+
+write_plugstack() {
+  if [ $# -eq 0 ]; then : >"$DIR/etc/plugstack.conf"; else printf '%s\n' "$@" >"$DIR/etc/plugstack.conf"; fi
+  chmod 0644 "$DIR/etc/plugstack.conf"
+}
+
+# Prints the path plugstack.conf should name: PATH itself, or a copy the job user can read.
+plugin_for_user() {
+  local p=$1
+  case $p in /*) ;; *) die "--plugin $p: give an absolute path (slurmstepd resolves it on every node)" ;; esac
+  [ -f "$p" ] || die "--plugin $p: no such file; build it first (cmake --build build --target ddp_spank)"
+  # srun loads the plugin as the job user: a build tree under a private home would make every srun fail.
+  if as_user test -r "$p"; then
+    echo "$p"
+  else
+    install -m 0755 "$p" "$DIR/etc/$(basename "$p")"
+    say "note: $CLUSTER_USER cannot read $p; using a copy, $DIR/etc/$(basename "$p")"
+    echo "$DIR/etc/$(basename "$p")"
+  fi
+}
+
+as_user() { setpriv --reuid="$CLUSTER_USER" --regid="$CLUSTER_USER" --init-groups "$@"; }
+
+slurm_env() { env -i PATH="$SAFE_PATH" LANG=C.UTF-8 SLURM_CONF="$CONF" "$@"; }
+
+start_slurm() {
+  local k
+  daemon slurm_env slurmctld -f "$CONF" || die "slurmctld did not start: $(tail -n 5 "$LOG/slurmctld.log" 2>/dev/null)"
+  wait_for 15 "slurmctld to answer" ctld_up
+  for k in $(seq "$NODES"); do
+    mkdir -p "$DIR/spool/node$k"
+    daemon in_node "$k" env -i PATH="$SAFE_PATH" LANG=C.UTF-8 slurmd -f "$CONF" -N "node$k" ||
+      die "slurmd on node$k did not start: $(tail -n 5 "$LOG/slurmd-node$k.log" 2>/dev/null)"
+  done
+  wait_for 30 "all $NODES nodes idle" all_idle
+}
+
+ctld_up() { slurm_env scontrol ping 2>/dev/null | grep -q 'is UP'; }
+
+all_idle() {
+  local states
+  states=$(slurm_env sinfo -h -N -o '%t' 2>/dev/null | sort | uniq -c | awk '{print $2"="$1}' | tr '\n' ' ')
+  [ "$states" = "idle=$NODES " ]
+}
+
+print_logs() {
+  local n=${1:-20} f lines
+  for f in "$LOG"/*.log; do
+    [ -f "$f" ] || continue
+    lines=$n
+    # jobcomp.log has one long line per job: the last few say enough.
+    [ "$f" != "$LOG/jobcomp.log" ] || lines=$((n < 5 ? n : 5))
+    echo "----- $f (last $lines lines)"
+    tail -n "$lines" "$f"
+  done
+}
+
+on_up_exit() {
+  local rc=$?
+  [ "$rc" -eq 0 ] && return 0
+  say "up failed (exit $rc); daemon logs:"
+  print_logs 15 >&2
+  if [ "${DDP_CLUSTER_KEEP_ON_FAILURE:-0}" = 1 ]; then
+    say "DDP_CLUSTER_KEEP_ON_FAILURE=1: leaving the cluster as it is; run cluster.sh down when done"
+  else
+    teardown || true
+  fi
+  exit "$rc"
+}
+
+cmd_up() {
+  NODES=2
+  local plugin="" pargs="" t0=$EPOCHREALTIME
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --nodes) NODES=${2:?--nodes needs a number}; shift 2 ;;
+      --plugin) plugin=${2:?--plugin needs a path}; shift 2 ;;
+      --plugstack-args) pargs=${2-}; shift 2 ;;
+      *) die "up: unknown argument '$1'; usage: cluster.sh up [--nodes N] [--plugin PATH] [--plugstack-args 'k=v ...']" ;;
+    esac
+  done
+  if ! [[ $NODES =~ ^[0-9]+$ ]] || [ "$NODES" -lt 1 ] || [ "$NODES" -gt 64 ]; then
+    die "--nodes $NODES: give a number from 1 to 64"
+  fi
+  [ -z "$pargs" ] || [ -n "$plugin" ] || die "--plugstack-args needs --plugin PATH"
+  need_root
+  need_tools
+  check_dir_is_ours
+  lock
+  teardown
+  trap on_up_exit EXIT
+  ensure_user
+  make_dirs
+  if [ -n "$plugin" ]; then
+    plugin=$(plugin_for_user "$plugin")
+    write_plugstack "required $plugin${pargs:+ $pargs}"
+  fi
+  start_munge
+  setup_network
+  add_hosts_lines
+  setup_node_namespaces
+  write_slurm_conf
+  start_slurm
+  trap - EXIT
+  say "up: $NODES nodes idle in $(elapsed "$t0") s; plugstack: $(cat "$DIR/etc/plugstack.conf")"
+}
+
+# ---------------------------------------------------------------------------------------------------- use
+
+need_up() { [ -f "$CONF" ] || die "no cluster is up at $DIR; run: cluster.sh up"; }
+
+cmd_env() {
+  need_up
+  local nodes
+  nodes=$(awk -F'[ =]' '/^NodeName=/{n++} END{print n}' "$CONF")
+  printf 'export %s=%q\n' \
+    SLURM_CONF "$CONF" \
+    DDP_CLUSTER_DIR "$DIR" \
+    DDP_CLUSTER_SHARED "$SHARED" \
+    DDP_CLUSTER_LOCAL "$LOCAL" \
+    DDP_CLUSTER_PLUGSTACK "$DIR/etc/plugstack.conf" \
+    DDP_CLUSTER_LOGS "$LOG" \
+    DDP_CLUSTER_USER "$CLUSTER_USER" \
+    DDP_CLUSTER_NNODES "$nodes" \
+    DDP_CLUSTER_NODES "node[1-$nodes]" \
+    DDP_CLUSTER_NET0 "$NET0" \
+    DDP_CLUSTER_NET1 "$NET1" \
+    DDP_CLUSTER_HOST_ADDR "$NET0.$HOST_OCTET" \
+    DDP_CLUSTER_RESV_PORTS "$RESV_PORTS"
+}
+
+cmd_exec() {
+  need_up
+  local root=0 cwd=$SHARED
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --root) root=1; shift ;;
+      --cwd) cwd=${2:?--cwd needs a directory}; shift 2 ;;
+      --) shift; break ;;
+      *) break ;;
+    esac
+  done
+  [ $# -gt 0 ] || die "exec: no command; usage: cluster.sh exec [--root] [--cwd DIR] CMD..."
+  cd "$cwd" || die "exec: --cwd $cwd: no such directory"
+  # exec: the command's exit status is the caller's to judge, not an error of this script.
+  if [ "$root" = 1 ]; then
+    exec env -i PATH="$SAFE_PATH" LANG=C.UTF-8 SLURM_CONF="$CONF" HOME=/root USER=root LOGNAME=root "$@"
+  fi
+  local home
+  home=$(getent passwd "$CLUSTER_USER" | cut -d: -f6)
+  exec setpriv --reuid="$CLUSTER_USER" --regid="$CLUSTER_USER" --init-groups env -i PATH="$SAFE_PATH" \
+    LANG=C.UTF-8 SLURM_CONF="$CONF" HOME="$home" USER="$CLUSTER_USER" LOGNAME="$CLUSTER_USER" "$@"
+}
+
+cmd_node() {
+  need_up
+  local node=${1:-} user=0
+  [[ $node =~ ^node([0-9]+)$ ]] || die "node: '$node' is not a node name; usage: cluster.sh node nodeK [--user] CMD..."
+  local k=${BASH_REMATCH[1]}
+  [ -e "$NSDIR/node$k.uts" ] || die "node: $node is not part of this cluster"
+  shift
+  if [ "${1:-}" = --user ]; then user=1; shift; fi
+  [ $# -gt 0 ] || die "node: no command"
+  local as=()
+  [ "$user" = 0 ] || as=(setpriv --reuid="$CLUSTER_USER" --regid="$CLUSTER_USER" --init-groups)
+  exec nsenter --net="/run/netns/$NETNS_PREFIX$k" --uts="$NSDIR/node$k.uts" --mount="$NSDIR/node$k.mnt" -- \
+    "${as[@]}" env -i PATH="$SAFE_PATH" LANG=C.UTF-8 SLURM_CONF="$CONF" "$@"
+}
+
+cmd_plugstack() { need_up; write_plugstack "$@"; }
+
+main() {
+  local cmd=${1:-}
+  shift || true
+  case $cmd in
+    up) cmd_up "$@" ;;
+    down) cmd_down ;;
+    env) cmd_env ;;
+    exec) cmd_exec "$@" ;;
+    node) cmd_node "$@" ;;
+    plugstack) need_root; cmd_plugstack "$@" ;;
+    logs) need_up; print_logs "${1:-40}" ;;
+    status) need_up; slurm_env sinfo -N -l ;;
+    *) die "usage: cluster.sh up|down|env|exec|node|plugstack|logs|status (see the header of $0)" ;;
+  esac
+}
+
+main "$@"

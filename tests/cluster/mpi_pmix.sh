@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Debian's OpenMPI under `srun --mpi=pmix` across the namespace nodes: the path the MPI transport of the runtime
+# takes. It needs the node-private PMIx client directory from mpi.conf (all nodes share /tmp).
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+command -v mpicc >/dev/null || skip "no mpicc (install libopenmpi-dev)"
+
+cat >"$TEST_DIR/allreduce.c" <<'EOF'
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+  int rank, size, len, mine, sum;
+  char host[MPI_MAX_PROCESSOR_NAME];
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Get_processor_name(host, &len);
+  mine = rank + 1;
+  MPI_Allreduce(&mine, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  printf("rank=%d size=%d host=%s sum=%d\n", rank, size, host, sum);
+  MPI_Finalize();
+  return 0;
+}
+EOF
+mpicc -O2 -o "$TEST_DIR/allreduce" "$TEST_DIR/allreduce.c" || fail "mpicc cannot build a trivial MPI program"
+chmod 0755 "$TEST_DIR/allreduce"
+
+out=$(run_on_cluster timeout 60 srun --mpi=pmix -N2 -n2 "$TEST_DIR/allreduce" 2>&1) ||
+  fail "srun --mpi=pmix -N2 -n2 failed: $out"
+assert_eq $'rank=0 size=2 host=node1 sum=3\nrank=1 size=2 host=node2 sum=3' "$(sort <<<"$out")" "2 ranks on 2 nodes"
+
+out=$(run_on_cluster timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 "$TEST_DIR/allreduce" 2>&1) ||
+  fail "srun --mpi=pmix -N2 --ntasks-per-node=2 failed: $out"
+assert_eq 4 "$(grep -c 'size=4 .* sum=10$' <<<"$out")" "4 ranks on 2 nodes: $out"
+pass "OpenMPI over PMIx across node1 and node2"
