@@ -40,34 +40,53 @@ std::vector<DeviceIndex> usable_gpus(const NodeHardware& hw, const GpuAllocation
   return usable;
 }
 
-// Fewer tasks than GPUs: take GPUs from each CPU locality in turn, in bus order within a locality.
-std::vector<DeviceIndex> spread_over_localities(const NodeHardware& hw, const std::vector<DeviceIndex>& usable,
-                                                unsigned tasks) {
-  std::vector<std::vector<DeviceIndex>> by_locality;
-  std::vector<size_t> locality_ids;
-  for (DeviceIndex g : usable) {
-    const auto found = std::find(locality_ids.begin(), locality_ids.end(), hw.gpus[g].locality);
-    if (found == locality_ids.end()) {
-      locality_ids.push_back(hw.gpus[g].locality);
-      by_locality.push_back({g});
+// Splits `gpus` into groups of equal key, in order of first appearance, each in the order given.
+template <typename Key>
+std::vector<std::vector<DeviceIndex>> group_by(const std::vector<DeviceIndex>& gpus, Key&& key) {
+  std::vector<std::vector<DeviceIndex>> groups;
+  std::vector<decltype(key(gpus.front()))> keys;
+  for (DeviceIndex g : gpus) {
+    const auto found = std::find(keys.begin(), keys.end(), key(g));
+    if (found == keys.end()) {
+      keys.push_back(key(g));
+      groups.push_back({g});
     } else {
-      by_locality[static_cast<size_t>(found - locality_ids.begin())].push_back(g);
+      groups[static_cast<size_t>(found - keys.begin())].push_back(g);
     }
   }
-  std::vector<DeviceIndex> chosen;
-  for (size_t round = 0; chosen.size() < tasks; ++round) {
-    for (const auto& gpus : by_locality) {
-      if (round < gpus.size() && chosen.size() < tasks) chosen.push_back(gpus[round]);
+  return groups;
+}
+
+// One from each group in turn: consecutive picks land in different groups for as long as possible.
+std::vector<DeviceIndex> interleave(const std::vector<std::vector<DeviceIndex>>& groups) {
+  std::vector<DeviceIndex> order;
+  for (size_t round = 0; !groups.empty(); ++round) {
+    bool took = false;
+    for (const auto& group : groups) {
+      if (round < group.size()) order.push_back(group[round]), took = true;
     }
+    if (!took) break;
   }
-  return chosen;
+  return order;
+}
+
+// Fewer tasks than GPUs: the first tasks' GPUs alternate between CPU localities (sockets), and within one
+// between network devices (host bridges), so tasks get separate cores first and separate NICs next.
+std::vector<DeviceIndex> spread_order(const NodeHardware& hw, const std::vector<DeviceIndex>& usable) {
+  std::vector<std::vector<DeviceIndex>> by_locality =
+      group_by(usable, [&](DeviceIndex g) { return hw.gpus[g].locality; });
+  for (auto& gpus : by_locality) {
+    gpus = interleave(group_by(gpus, [&](DeviceIndex g) { return std::make_pair(hw.gpus[g].hca, hw.gpus[g].nic); }));
+  }
+  return interleave(by_locality);
 }
 
 // The CUDA order shared by all tasks of the node: task r's GPU at position r (mod the count).
 std::vector<DeviceIndex> visible_order(const NodeHardware& hw, const std::vector<DeviceIndex>& usable,
                                        unsigned tasks) {
   if (tasks >= usable.size()) return usable;
-  std::vector<DeviceIndex> order = spread_over_localities(hw, usable, tasks);
+  std::vector<DeviceIndex> order = spread_order(hw, usable);
+  order.resize(tasks);
   for (DeviceIndex g : usable) {
     if (std::find(order.begin(), order.end(), g) == order.end()) order.push_back(g);
   }
@@ -94,7 +113,7 @@ std::string rule_text(size_t gpus_on_node, size_t usable, unsigned tasks) {
   }
   if (tasks == usable) return counts + ": one GPU per task";
   if (tasks < usable) {
-    return counts + ": one GPU per task, spread over the GPUs' sockets; the other " +
+    return counts + ": one GPU per task, spread over sockets, then NICs; the other " +
            std::to_string(usable - tasks) + " stay visible";
   }
   return counts + ": tasks share GPUs round-robin, task r on cuda:(r mod " + std::to_string(usable) + ")";

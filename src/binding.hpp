@@ -10,8 +10,9 @@
 // Rules (an admin's expectations of `nvidia-smi topo -m`, NCCL and torchrun):
 //  * GPUs are NVIDIA PCI display devices in PCI bus order, the order CUDA uses with CUDA_DEVICE_ORDER=PCI_BUS_ID.
 //  * Tasks = GPUs: task r gets the r-th GPU. Fewer tasks: one GPU each, spread over the GPUs' CPU localities
-//    (sockets) in turn, like Slurm's default block:cyclic task distribution, so tasks also get separate cores
-//    and NICs. More tasks: tasks share GPUs round-robin, task r on GPU r mod G, so each GPU serves L/G tasks.
+//    (sockets) in turn, like Slurm's default block:cyclic task distribution, and within a socket over the GPUs'
+//    closest NICs, so tasks get separate cores first and separate NICs next. More tasks: tasks share GPUs
+//    round-robin, task r on GPU r mod G, so each GPU serves L/G tasks.
 //  * CUDA_VISIBLE_DEVICES is the same in every task of the node: the tasks' GPUs in local-rank order, then the
 //    step's other GPUs. A task's own GPU is therefore cuda:(LOCAL_RANK mod device_count()), which is what
 //    torchrun scripts select with torch.cuda.set_device(LOCAL_RANK), and NCCL still sees every GPU for its

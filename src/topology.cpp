@@ -37,19 +37,15 @@ TopologyPtr load_topology(const std::optional<std::string>& xml_path) {
   hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   // Slurm numbers cores over the whole machine; a topology restricted to this process's cgroup would not.
   hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
-  if (xml_path) {
-    if (!std::ifstream(*xml_path)) {
-      throw Error("topology file " + quote(*xml_path) + " cannot be read: " + system_error_text() +
-                  "; write one with 'lstopo-no-graphics --of xml FILE' on the node");
-    }
-    if (hwloc_topology_set_xml(raw, xml_path->c_str()) != 0) {
-      throw Error("hwloc refuses topology file " + quote(*xml_path) + ": " + system_error_text());
-    }
+  if (xml_path && !std::ifstream(*xml_path)) {
+    throw Error("topology file " + quote(*xml_path) + " cannot be read: " + system_error_text() +
+                "; write one with 'lstopo-no-graphics --of xml FILE' on the node");
   }
-  if (hwloc_topology_load(raw) != 0) {
-    const std::string what = xml_path ? "topology file " + quote(*xml_path) : std::string("this system's topology");
-    throw Error("hwloc cannot load " + what + ": " + system_error_text() +
-                (xml_path ? "; it must be hwloc 1.x or 2.x XML from 'lstopo --of xml'" : ""));
+  // hwloc parses an XML file already when it is named, and the rest of the topology when loading.
+  if ((xml_path && hwloc_topology_set_xml(raw, xml_path->c_str()) != 0) || hwloc_topology_load(raw) != 0) {
+    if (!xml_path) throw Error("hwloc cannot read this system's topology: " + system_error_text());
+    throw Error("hwloc cannot read topology file " + quote(*xml_path) + ": " + system_error_text() +
+                "; it must be hwloc 1.x or 2.x XML from 'lstopo --of xml'");
   }
   return topology;
 }

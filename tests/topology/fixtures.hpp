@@ -1,0 +1,31 @@
+#pragma once
+// The real-server hwloc exports in data/ (see data/README.md for what each holds), loaded once per test binary.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "id_list.hpp"
+#include "topology.hpp"
+
+namespace ddp::test {
+
+inline std::string fixture_path(const std::string& file) { return std::string(DDP_TOPOLOGY_DATA) + "/" + file; }
+
+inline const NodeHardware& fixture(const std::string& file) {
+  static std::map<std::string, NodeHardware> loaded;
+  auto found = loaded.find(file);
+  if (found == loaded.end()) found = loaded.emplace(file, load_node_hardware(fixture_path(file))).first;
+  return found->second;
+}
+
+inline const NodeHardware& p4d() { return fixture("aws-p4d.24xlarge.xml"); }
+inline const NodeHardware& g4dn() { return fixture("aws-g4dn.metal.xml"); }
+inline const NodeHardware& dgx2h() { return fixture("nvidia-dgx2h-16xV100.xml"); }
+inline const NodeHardware& p100_node() { return fixture("intel-e5v4-2xP100-1xmlx5.xml"); }
+inline const NodeHardware& threadripper() { return fixture("threadripper-nvidia+amd-gpu-hwloc1.xml"); }
+inline const NodeHardware& mi50_node() { return fixture("amd-epyc-8xMI50-1xmlx5.xml"); }
+
+// Expected CPU sets are written the way lstopo and taskset print them.
+inline std::vector<unsigned> ids(const std::string& list) { return parse_id_list(list, "test list"); }
+
+}  // namespace ddp::test
