@@ -1,0 +1,76 @@
+// Cost of topology-aware binding as the plugin pays it: once per node, hwloc reads the topology and the network
+// view is taken; then every task computes the node plan from that (it needs Slurm's per-task GPU variables),
+// picks its socket interface and its environment, and binds itself. Goal from issue 3: under 1 ms per task
+// after the per-node load.
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "binding.hpp"
+#include "netif.hpp"
+#include "topology.hpp"
+
+namespace {
+
+template <typename Body>
+double microseconds_per_call(int calls, Body&& body) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) body(i);
+  const std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
+  return elapsed.count() / calls;
+}
+
+struct PerTask {
+  double plan_us;
+  double total_us;
+};
+
+// Everything one task does once the node's hardware and network view are known. The master here is this
+// machine's loopback address of a single-node step, so the figure does not depend on the machine's networks.
+PerTask per_task_cost(const ddp::NodeHardware& hw, const ddp::NetworkView& network, unsigned tasks, size_t& sink) {
+  ddp::PlanRequest request;
+  request.tasks = tasks;
+  const double plan_us = microseconds_per_call(2000, [&](int) {
+    request.gpus = ddp::gpu_allocation_from_slurm("0-7", "0-7");
+    sink += ddp::plan_node(hw, request).tasks.size();
+  });
+  const double total_us = microseconds_per_call(2000, [&](int i) {
+    request.gpus = ddp::gpu_allocation_from_slurm("0-7", "0-7");
+    const ddp::NodePlan plan = ddp::plan_node(hw, request);
+    const unsigned rank = static_cast<unsigned>(i) % tasks;
+    const ddp::TaskPlacement& task = plan.tasks[rank];
+    const auto preferred = task.nic ? std::optional<std::string>(hw.nets[*task.nic].name) : std::nullopt;
+    const ddp::SocketInterface socket = ddp::choose_socket_interface(network, preferred, std::nullopt, false);
+    sink += ddp::binding_env(plan, rank, socket.name).size() + task.cpus.size();
+  });
+  return {plan_us, total_us};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string p4d = argc > 1 ? argv[1] : DDP_P4D_XML;
+  size_t sink = 0;
+  const double load_p4d_us = microseconds_per_call(50, [&](int) { sink += ddp::load_node_hardware(p4d).gpus.size(); });
+  const double load_system_us = microseconds_per_call(20, [&](int) { sink += ddp::load_node_hardware().cores.size(); });
+  const double network_us = microseconds_per_call(200, [&](int) { sink += ddp::read_network("127.0.0.1").interfaces.size(); });
+  const ddp::NodeHardware hw = ddp::load_node_hardware(p4d);
+  const ddp::NetworkView network = ddp::read_network("127.0.0.1");
+  const PerTask eight = per_task_cost(hw, network, 8, sink);
+  const PerTask many = per_task_cost(hw, network, 96, sink);
+  std::vector<unsigned> own_cpus;
+  for (const auto& core : ddp::load_node_hardware().cores) own_cpus.insert(own_cpus.end(), core.begin(), core.end());
+  const double bind_us = microseconds_per_call(2000, [&](int) { sink += ddp::apply_cpu_binding(0, own_cpus).size(); });
+
+  std::printf("topology_bench: per node: load p4d.24xlarge XML + inventory:      %9.1f us\n", load_p4d_us);
+  std::printf("topology_bench: per node: load this system + inventory:           %9.1f us\n", load_system_us);
+  std::printf("topology_bench: per node: network view (getifaddrs + route):      %9.1f us\n", network_us);
+  std::printf("topology_bench: per task: p4d plan of 8 tasks:                    %9.1f us\n", eight.plan_us);
+  std::printf("topology_bench: per task: p4d plan + socket choice + env, 8 tasks:%9.1f us  (goal < 1000 us: %.0fx under)\n",
+              eight.total_us, 1000.0 / eight.total_us);
+  std::printf("topology_bench: per task: same with 96 tasks (GPUs shared):       %9.1f us  (goal < 1000 us)\n",
+              many.total_us);
+  std::printf("topology_bench: per task: sched_setaffinity within the mask:      %9.1f us\n", bind_us);
+  std::printf("topology_bench: (checksum %zu)\n", sink);
+  return 0;
+}
