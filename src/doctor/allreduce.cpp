@@ -3,16 +3,18 @@
 namespace ddp::doctor {
 namespace {
 
-std::string encode_outcome(const std::string& error, const std::vector<AllreduceTiming>& timings) {
+std::string encode_outcome(const std::string& error, bool own_error, const std::vector<AllreduceTiming>& timings) {
   WireWriter out;
-  out.put(error).put_int(static_cast<int64_t>(timings.size()));
+  out.put(error).put_int(own_error).put_int(static_cast<int64_t>(timings.size()));
   for (const auto& t : timings) out.put_int(static_cast<int64_t>(t.bytes)).put_int(t.correct);
   return out.bytes();
 }
 
-// Rank 0's view of what every member reported: the first error, and the members with a wrong sum per size.
+// Rank 0's view of what every member reported: the first error a rank caused itself (else the first one), and
+// the members with a wrong sum per size.
 struct Outcomes {
   std::string error;
+  bool own = false;
   std::vector<std::vector<std::string>> wrong_on;  // per size
 };
 
@@ -23,7 +25,11 @@ Outcomes collect(Transport& transport, const std::vector<std::string>& messages,
     const std::string who = "rank " + std::to_string(transport.members()[m]);
     WireReader in(messages[m]);
     const std::string error = in.get();
-    if (!error.empty() && outcomes.error.empty()) outcomes.error = who + ": " + error;
+    const bool own = in.get_int() != 0;
+    if (!error.empty() && (outcomes.error.empty() || (own && !outcomes.own))) {
+      outcomes.error = who + ": " + error;
+      outcomes.own = own;
+    }
     const auto count = static_cast<size_t>(in.get_int());
     for (size_t s = 0; s < count && s < sizes; ++s) {
       in.get_int();
@@ -99,13 +105,18 @@ std::vector<CheckResult> check_allreduce(Transport& transport, AllreduceBackend&
   if (progress) progress("all-reduce " + backend.name() + " over " + std::to_string(ranks) + " ranks");
   std::vector<AllreduceTiming> timings;
   std::string error;
+  bool own_error = true;
   try {
     timings = backend.run(transport, setup, sizes);
+  } catch (const PeerFailure& e) {
+    error = e.what();
+    own_error = false;
   } catch (const std::exception& e) {
     error = e.what();
   }
   // A backend that failed on one rank may fail later on another: give everyone a backend timeout to get here.
-  const auto messages = gather(transport, encode_outcome(error, timings), Deadline::after(3 * setup.timeout));
+  const auto messages =
+      gather(transport, encode_outcome(error, own_error, timings), Deadline::after(3 * setup.timeout));
   if (transport.rank() != 0) return {};
   const Outcomes outcomes = collect(transport, messages, sizes.size());
   if (!outcomes.error.empty()) {

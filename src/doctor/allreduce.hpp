@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -42,13 +43,21 @@ struct CollectiveSetup {
   std::chrono::milliseconds timeout{30000};
 };
 
+// Thrown by a backend on a rank that stopped because another rank failed: the report names that rank's own error.
+class PeerFailure : public std::runtime_error {
+ public:
+  explicit PeerFailure(const std::string& message) : std::runtime_error(message) {}
+};
+
 class AllreduceBackend {
  public:
   virtual ~AllreduceBackend() = default;
   virtual std::string name() const = 0;  // "gloo", "nccl"
   // Why this rank cannot take part (no CUDA device, ...); empty when it can. Local and cheap.
   virtual std::string unavailable() = 0;
-  // Collective over every member, in the same order everywhere. Throws std::exception on a failure.
+  // Collective over every member, in the same order everywhere. Throws std::exception on a failure, and
+  // PeerFailure where it stops because another rank failed; either way it takes part in every exchange that
+  // the other ranks reach, so that all of them stop at the same step.
   virtual std::vector<AllreduceTiming> run(Transport& transport, const CollectiveSetup& setup,
                                            const std::vector<AllreduceSize>& sizes) = 0;
 };

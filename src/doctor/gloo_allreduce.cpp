@@ -16,23 +16,41 @@ class ExchangeContext : public gloo::Context {
  public:
   ExchangeContext(int rank, int size) : gloo::Context(rank, size) {}
 
-  void connect(Transport& exchange, const std::shared_ptr<gloo::transport::Device>& device) {
-    std::shared_ptr<gloo::transport::Context> pairs = device->createContext(rank, size);
-    pairs->setTimeout(getTimeout());
+  // Every rank publishes one message, with its error when its own setup failed, so that a failure on one rank
+  // stops all of them at the same step.
+  void connect(Transport& exchange, const std::string& address) {
+    std::shared_ptr<gloo::transport::Device> device;
+    std::shared_ptr<gloo::transport::Context> pairs;
     WireWriter mine;
-    for (int peer = 0; peer < size; ++peer) {
-      if (peer == rank) {
-        mine.put("");
-        continue;
+    try {
+      if (address.empty()) throw std::runtime_error("no usable address on this rank's interface");
+      gloo::transport::tcp::attr attr;
+      attr.hostname = address;
+      device = gloo::transport::tcp::CreateDevice(attr);
+      pairs = device->createContext(rank, size);
+      pairs->setTimeout(getTimeout());
+      mine.put("");
+      for (int peer = 0; peer < size; ++peer) {
+        const std::vector<char> bytes = peer == rank ? std::vector<char>{} : pairs->createPair(peer)->address().bytes();
+        mine.put(std::string(bytes.begin(), bytes.end()));
       }
-      const std::vector<char> address = pairs->createPair(peer)->address().bytes();
-      mine.put(std::string(address.begin(), address.end()));
+    } catch (const std::exception& e) {
+      mine = WireWriter();
+      mine.put(e.what());
     }
     const auto everyone = all_gather(exchange, mine.bytes(), Deadline::after(getTimeout()));
+    if (const std::string own = WireReader(everyone[static_cast<size_t>(rank)]).get(); !own.empty()) {
+      throw std::runtime_error(own);
+    }
+    for (size_t peer = 0; peer < everyone.size(); ++peer) {
+      if (!WireReader(everyone[peer]).get().empty()) {
+        throw PeerFailure("Gloo setup failed on rank " + std::to_string(exchange.members()[peer]));
+      }
+    }
     for (int peer = 0; peer < size; ++peer) {
       if (peer == rank) continue;
       WireReader theirs(everyone[static_cast<size_t>(peer)]);
-      std::string for_me;
+      std::string for_me = theirs.get();  // their (empty) error
       for (int slot = 0; slot <= rank; ++slot) for_me = theirs.get();
       pairs->getPair(peer)->connect(std::vector<char>(for_me.begin(), for_me.end()));
     }
@@ -72,14 +90,10 @@ class GlooBackend : public AllreduceBackend {
 
   std::vector<AllreduceTiming> run(Transport& transport, const CollectiveSetup& setup,
                                    const std::vector<AllreduceSize>& sizes) override {
-    if (setup.data_address.empty()) throw ExchangeError("this rank's interface has no usable address");
-    gloo::transport::tcp::attr attr;
-    attr.hostname = setup.data_address;
-    const auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<ExchangeContext>(setup.member_index,
                                                      static_cast<int>(transport.members().size()));
     context->setTimeout(setup.timeout);
-    context->connect(transport, device);
+    context->connect(transport, setup.data_address);
     std::vector<AllreduceTiming> timings;
     uint32_t tag = 0;
     for (const auto& size : sizes) timings.push_back(time_size(context, size, fill_value(setup.member_index), tag));

@@ -49,9 +49,9 @@ std::vector<std::string> split_commas(const std::string& text) {
 
 bool is_uuid(const std::string& entry) { return entry.rfind("GPU-", 0) == 0 || entry.rfind("MIG-", 0) == 0; }
 
-std::string joined(const std::vector<std::string>& parts) {
+std::string joined(const std::vector<std::string>& parts, const char* separator) {
   std::string text;
-  for (const auto& part : parts) text += (text.empty() ? "" : ",") + part;
+  for (size_t i = 0; i < parts.size(); ++i) text += (i ? separator : "") + parts[i];
   return text;
 }
 
@@ -91,7 +91,7 @@ VisibleGpus parse_visible_devices(const std::optional<std::string>& cuda_visible
     const std::string& entry = parts[i];
     const bool valid = (parse_uint(entry, 1u << 16) || is_uuid(entry)) && seen.insert(entry).second;
     if (!valid) {
-      visible.ignored = joined(std::vector<std::string>(parts.begin() + static_cast<long>(i), parts.end()));
+      visible.ignored = joined(std::vector<std::string>(parts.begin() + static_cast<long>(i), parts.end()), ",");
       break;
     }
     visible.entries.push_back(entry);
@@ -142,7 +142,7 @@ CheckResult check_gpu_drivers(const std::vector<PciGpu>& gpus) {
                             " on nvidia";
   if (unbound.empty()) return make_result(check, Status::Ok, value, "all on nvidia");
   return make_result(check, Status::Fail, value, "all on nvidia",
-                     "not driven by the NVIDIA driver: " + joined(unbound) +
+                     "not driven by the NVIDIA driver: " + joined(unbound, ", ") +
                          "; install or load the nvidia kernel module (blacklist nouveau), then check dmesg");
 }
 

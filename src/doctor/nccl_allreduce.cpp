@@ -72,7 +72,7 @@ const Api* load_api(std::string& error) {
 }
 
 void check_cuda(const Api& api, cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) throw ExchangeError(std::string(call) + ": " + api.error_string(rc));
+  if (rc != cudaSuccess) throw std::runtime_error(std::string(call) + ": " + api.error_string(rc));
 }
 
 // A non-blocking communicator: every call may return ncclInProgress, and then its state is polled against the
@@ -137,7 +137,7 @@ class Communicator {
  private:
   [[noreturn]] void fail(const std::string& why) {
     failed_ = true;
-    throw ExchangeError(why);
+    throw std::runtime_error(why);
   }
 
   const Api& api_;
@@ -172,14 +172,34 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
-ncclUniqueId shared_id(const Api& api, Transport& transport, int member_index, std::chrono::milliseconds timeout) {
+// Each rank picks its GPU and rank 0 makes the communicator's id; every rank then takes part in one exchange,
+// carrying its error if it has one, so that a failure on one rank stops all of them at the same step.
+ncclUniqueId prepare(const Api& api, Transport& transport, const CollectiveSetup& setup) {
   ncclUniqueId id{};
-  if (member_index == 0) {
-    const ncclResult_t rc = api.get_unique_id(&id);
-    if (rc != ncclSuccess) throw ExchangeError(std::string("ncclGetUniqueId: ") + api.nccl_error_string(rc));
+  std::string error;
+  try {
+    int count = 0;
+    check_cuda(api, api.get_device_count(&count), "cudaGetDeviceCount");
+    check_cuda(api, api.set_device(setup.local_rank % count), "cudaSetDevice");
+    if (setup.member_index == 0) {
+      const ncclResult_t rc = api.get_unique_id(&id);
+      if (rc != ncclSuccess) throw std::runtime_error(std::string("ncclGetUniqueId: ") + api.nccl_error_string(rc));
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
   }
-  const std::string bytes = broadcast(transport, std::string(id.internal, sizeof id.internal), Deadline::after(timeout));
-  if (bytes.size() != sizeof id.internal) throw ExchangeError("rank 0 sent a malformed NCCL id");
+  const std::string mine = WireWriter().put(error).put(std::string(id.internal, sizeof id.internal)).bytes();
+  const auto everyone = all_gather(transport, mine, Deadline::after(setup.timeout));
+  if (!error.empty()) throw std::runtime_error(error);
+  for (size_t member = 0; member < everyone.size(); ++member) {
+    if (!WireReader(everyone[member]).get().empty()) {
+      throw PeerFailure("NCCL setup failed on rank " + std::to_string(transport.members()[member]));
+    }
+  }
+  WireReader root(everyone[0]);
+  root.get();
+  const std::string bytes = root.get();
+  if (bytes.size() != sizeof id.internal) throw std::runtime_error("rank 0 sent a malformed NCCL id");
   std::memcpy(id.internal, bytes.data(), sizeof id.internal);
   return id;
 }
@@ -201,11 +221,8 @@ class NcclBackend : public AllreduceBackend {
   std::vector<AllreduceTiming> run(Transport& transport, const CollectiveSetup& setup,
                                    const std::vector<AllreduceSize>& sizes) override {
     const Api& api = *api_;
-    int count = 0;
-    check_cuda(api, api.get_device_count(&count), "cudaGetDeviceCount");
-    check_cuda(api, api.set_device(setup.local_rank % count), "cudaSetDevice");
     const int ranks = static_cast<int>(transport.members().size());
-    const ncclUniqueId id = shared_id(api, transport, setup.member_index, setup.timeout);
+    const ncclUniqueId id = prepare(api, transport, setup);
     Communicator comm(api, ranks, id, setup.member_index, setup.timeout);
     size_t largest = 0;
     for (const auto& size : sizes) largest = std::max(largest, size.bytes);

@@ -215,11 +215,14 @@ Outcome run_doctor(Transport& transport, const DoctorRun& run, std::vector<Check
     for (const auto& bytes : gathered) append(all, decode_results(bytes));
     append(all, found);
     const int status = exit_status(all);
-    outcome.exit_status = std::stoi(broadcast(transport, std::to_string(status), Deadline::after(run.options.timeout)));
+    outcome.exit_status = static_cast<int>(
+        WireReader(broadcast(transport, WireWriter().put_int(status).bytes(), Deadline::after(run.options.timeout)))
+            .get_int());
     outcome.print = transport.rank() == 0;
     outcome.report.results = std::move(all);
-  } catch (const ExchangeError& e) {
-    std::vector<CheckResult> lost{make_result("exchange", Status::Fail, "lost contact", "", e.what())};
+  } catch (const std::exception& e) {
+    // Mostly a lost or late rank (ExchangeError); anything else is reported the same way rather than crashing.
+    std::vector<CheckResult> lost{make_result("exchange", Status::Fail, "stopped", "", e.what())};
     append(mine, stamp(lost, run.launch.rank, run.host));
     outcome.report.results = std::move(mine);
     outcome.print = true;

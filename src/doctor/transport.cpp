@@ -21,20 +21,43 @@ class SoloTransport : public Transport {
 
 }  // namespace
 
+namespace {
+
+std::string numbered(uint64_t collective, const std::string& message) {
+  return WireWriter().put_int(static_cast<int64_t>(collective)).put(message).bytes();
+}
+
+std::string unnumbered(uint64_t collective, int peer, std::string message) {
+  WireReader in(std::move(message));
+  const int64_t theirs = in.get_int();
+  if (theirs != static_cast<int64_t>(collective)) {
+    throw ExchangeError("rank " + std::to_string(peer) + " is out of step (exchange " + std::to_string(theirs) +
+                        ", expected " + std::to_string(collective) + "): it stopped a check early");
+  }
+  return in.get();
+}
+
+}  // namespace
+
 std::vector<std::string> gather(Transport& transport, const std::string& mine, Deadline deadline) {
+  const uint64_t collective = transport.next_collective();
   if (transport.rank() != 0) {
-    transport.send(0, mine, deadline);
+    transport.send(0, numbered(collective, mine), deadline);
     return {};
   }
   std::vector<std::string> all;
-  for (const int member : transport.members()) all.push_back(member == 0 ? mine : transport.recv(member, deadline));
+  for (const int member : transport.members()) {
+    all.push_back(member == 0 ? mine : unnumbered(collective, member, transport.recv(member, deadline)));
+  }
   return all;
 }
 
 std::string broadcast(Transport& transport, const std::string& from_root, Deadline deadline) {
-  if (transport.rank() != 0) return transport.recv(0, deadline);
+  const uint64_t collective = transport.next_collective();
+  if (transport.rank() != 0) return unnumbered(collective, 0, transport.recv(0, deadline));
+  const std::string message = numbered(collective, from_root);
   for (const int member : transport.members()) {
-    if (member != 0) transport.send(member, from_root, deadline);
+    if (member != 0) transport.send(member, message, deadline);
   }
   return from_root;
 }

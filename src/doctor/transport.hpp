@@ -1,6 +1,7 @@
 #pragma once
 // How doctor ranks talk: a star around rank 0, over TCP on MASTER_PORT (srun, torchrun variables) or over MPI
 // (mpirun). Every cross-node check is written once against this interface and the collectives below.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,6 +24,13 @@ class Transport {
   // Only between rank 0 and another member. Both throw ExchangeError naming the peer.
   virtual void send(int peer, std::string_view message, Deadline deadline) = 0;
   virtual std::string recv(int peer, Deadline deadline) = 0;
+
+  // Numbers the collectives below, which carry it: a rank that skipped one after a local failure is reported
+  // as out of step instead of having its message read as another collective's.
+  uint64_t next_collective() { return ++collectives_; }
+
+ private:
+  uint64_t collectives_ = 0;
 };
 
 // Every member calls these in the same order.

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Bad input: one line naming the value and the fix, exit status 2, nothing else started.
+set -euo pipefail
+DOCTOR=$1
+. "$(dirname "$0")/lib.sh"
+
+expect_usage_error() {
+  local expected=$1
+  shift
+  local rc=0
+  env "$@" >"$WORK/out" 2>"$WORK/err" || rc=$?
+  [ "$rc" -eq 2 ] || fail "$*: exit $rc, expected 2"
+  [ "$(wc -l <"$WORK/err")" -eq 1 ] || fail "$*: expected one line on stderr, got: $(cat "$WORK/err")"
+  grep -qF -- "$expected" "$WORK/err" || fail "$*: expected '$expected', got: $(cat "$WORK/err")"
+  [ ! -s "$WORK/out" ] || fail "$*: printed a report for bad input"
+}
+
+expect_usage_error "ddp-doctor: --workers 'many' is not a whole number from 0 to 4096" "$DOCTOR" --workers many
+expect_usage_error "ddp-doctor: unknown option '--frobnicate'; ddp-doctor --help lists the options" \
+  "$DOCTOR" --frobnicate
+expect_usage_error "ddp-doctor: RANK '5' is not below WORLD_SIZE 2" RANK=5 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+  MASTER_PORT=29999 "$DOCTOR"
+expect_usage_error "ddp-doctor: MASTER_PORT 'http' is not a whole number from 1 to 65535" RANK=0 WORLD_SIZE=2 \
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=http "$DOCTOR"
+expect_usage_error "ddp-doctor: --snapshot-size '10 GB' is not a size" "$DOCTOR" --snapshot-size "10 GB"
+
+"$DOCTOR" --help >"$WORK/help"
+grep -q "^usage: srun --ddp" "$WORK/help" || fail "--help does not start with the usage"
+grep -q -- "--snapshot-dir DIR" "$WORK/help" || fail "--help does not list --snapshot-dir"
+echo "usage errors: OK"
