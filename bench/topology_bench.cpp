@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
   size_t sink = 0;
   const double load_p4d_us = microseconds_per_call(50, [&](int) { sink += ddp::load_node_hardware(p4d).gpus.size(); });
   const double load_system_us = microseconds_per_call(20, [&](int) { sink += ddp::load_node_hardware().cores.size(); });
-  const double network_us = microseconds_per_call(200, [&](int) { sink += ddp::read_network("127.0.0.1").interfaces.size(); });
+  const double network_us =
+      microseconds_per_call(200, [&](int) { sink += ddp::read_network("127.0.0.1").interfaces.size(); });
   const ddp::NodeHardware hw = ddp::load_node_hardware(p4d);
   const ddp::NetworkView network = ddp::read_network("127.0.0.1");
   const PerTask eight = per_task_cost(hw, network, 8, sink);
@@ -66,8 +67,9 @@ int main(int argc, char** argv) {
   std::printf("topology_bench: per node: load this system + inventory:           %9.1f us\n", load_system_us);
   std::printf("topology_bench: per node: network view (getifaddrs + route):      %9.1f us\n", network_us);
   std::printf("topology_bench: per task: p4d plan of 8 tasks:                    %9.1f us\n", eight.plan_us);
-  std::printf("topology_bench: per task: p4d plan + socket choice + env, 8 tasks:%9.1f us  (goal < 1000 us: %.0fx under)\n",
-              eight.total_us, 1000.0 / eight.total_us);
+  std::printf(
+      "topology_bench: per task: p4d plan + socket choice + env, 8 tasks:%9.1f us  (goal < 1000 us: %.0fx under)\n",
+      eight.total_us, 1000.0 / eight.total_us);
   std::printf("topology_bench: per task: same with 96 tasks (GPUs shared):       %9.1f us  (goal < 1000 us)\n",
               many.total_us);
   std::printf("topology_bench: per task: sched_setaffinity within the mask:      %9.1f us\n", bind_us);

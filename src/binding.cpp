@@ -22,9 +22,9 @@ constexpr unsigned kMaxTasks = 65536;  // far above any node; keeps a corrupt co
 std::vector<DeviceIndex> usable_gpus(const NodeHardware& hw, const GpuAllocation& allocation) {
   std::vector<DeviceIndex> usable;
   for (DeviceIndex g = 0; g < hw.gpus.size(); ++g) {
-    const bool allocated = allocation.whole_node ||
-                           std::count(allocation.device_numbers.begin(), allocation.device_numbers.end(),
-                                      hw.gpus[g].device_number) > 0;
+    const bool allocated =
+        allocation.whole_node ||
+        std::count(allocation.device_numbers.begin(), allocation.device_numbers.end(), hw.gpus[g].device_number) > 0;
     if (allocated) usable.push_back(g);
   }
   // Device numbers of other vendors' GPUs (an AMD node's gres) mean nothing here: a node without NVIDIA
@@ -59,13 +59,13 @@ std::vector<std::vector<DeviceIndex>> group_by(const std::vector<DeviceIndex>& g
 
 // One from each group in turn: consecutive picks land in different groups for as long as possible.
 std::vector<DeviceIndex> interleave(const std::vector<std::vector<DeviceIndex>>& groups) {
+  size_t rounds = 0;
+  for (const auto& group : groups) rounds = std::max(rounds, group.size());
   std::vector<DeviceIndex> order;
-  for (size_t round = 0; !groups.empty(); ++round) {
-    bool took = false;
+  for (size_t round = 0; round < rounds; ++round) {
     for (const auto& group : groups) {
-      if (round < group.size()) order.push_back(group[round]), took = true;
+      if (round < group.size()) order.push_back(group[round]);
     }
-    if (!took) break;
   }
   return order;
 }
@@ -82,8 +82,7 @@ std::vector<DeviceIndex> spread_order(const NodeHardware& hw, const std::vector<
 }
 
 // The CUDA order shared by all tasks of the node: task r's GPU at position r (mod the count).
-std::vector<DeviceIndex> visible_order(const NodeHardware& hw, const std::vector<DeviceIndex>& usable,
-                                       unsigned tasks) {
+std::vector<DeviceIndex> visible_order(const NodeHardware& hw, const std::vector<DeviceIndex>& usable, unsigned tasks) {
   if (tasks >= usable.size()) return usable;
   std::vector<DeviceIndex> order = spread_order(hw, usable);
   order.resize(tasks);
@@ -98,8 +97,8 @@ std::string cuda_visible_devices(const std::vector<DeviceIndex>& visible, const 
   std::string text;
   for (DeviceIndex g : visible) {
     // In the cgroup the task's CUDA counts only the allocated GPUs, in bus order; else all of the node's.
-    const size_t index = cgroup_local ? static_cast<size_t>(std::find(usable.begin(), usable.end(), g) - usable.begin())
-                                      : g;
+    const size_t index =
+        cgroup_local ? static_cast<size_t>(std::find(usable.begin(), usable.end(), g) - usable.begin()) : g;
     text += (text.empty() ? "" : ",") + std::to_string(index);
   }
   return text;
@@ -113,8 +112,8 @@ std::string rule_text(size_t gpus_on_node, size_t usable, unsigned tasks) {
   }
   if (tasks == usable) return counts + ": one GPU per task";
   if (tasks < usable) {
-    return counts + ": one GPU per task, spread over sockets, then NICs; the other " +
-           std::to_string(usable - tasks) + " stay visible";
+    return counts + ": one GPU per task, spread over sockets, then NICs; the other " + std::to_string(usable - tasks) +
+           " stay visible";
   }
   return counts + ": tasks share GPUs round-robin, task r on cuda:(r mod " + std::to_string(usable) + ")";
 }
@@ -156,22 +155,60 @@ class CpuSplitter {
 
   // locality_of_task: the GPU's Locality index per task, nullopt for a task without a GPU.
   std::vector<std::vector<unsigned>> split(const std::vector<std::optional<size_t>>& locality_of_task) {
-    std::map<std::vector<size_t>, std::vector<size_t>> tasks_by_cores;
-    for (size_t t = 0; t < locality_of_task.size(); ++t) tasks_by_cores[candidate_cores(locality_of_task[t])].push_back(t);
-    std::vector<const std::pair<const std::vector<size_t>, std::vector<size_t>>*> groups;
-    for (const auto& group : tasks_by_cores) groups.push_back(&group);
-    // Narrow localities first, so a GPU local to the whole machine cannot take the cores of a socket's GPUs.
-    std::stable_sort(groups.begin(), groups.end(), [](const auto* a, const auto* b) {
-      return std::make_pair(a->first.size(), a->second.front()) < std::make_pair(b->first.size(), b->second.front());
-    });
+    const std::vector<Group> groups = group_tasks(locality_of_task);
     std::vector<std::vector<unsigned>> cpus(locality_of_task.size());
     taken_.assign(hw_.cores.size(), false);
-    for (const auto* group : groups) share_out(group->first, group->second, cpus);
+    std::vector<bool> served(groups.size(), false);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      share_out(groups[g], quota(groups, served, g), cpus);
+      served[g] = true;
+    }
     for (auto& task_cpus : cpus) std::sort(task_cpus.begin(), task_cpus.end());
     return cpus;
   }
 
  private:
+  struct Group {
+    std::vector<size_t> cores;  // candidate cores, in core order
+    std::vector<size_t> tasks;
+  };
+
+  // Tasks with the same candidate cores share them. Localities are hwloc subtrees, so two groups' cores are
+  // either disjoint or nested; narrow ones go first, so a socket's GPUs get their own socket's cores.
+  std::vector<Group> group_tasks(const std::vector<std::optional<size_t>>& locality_of_task) const {
+    std::map<std::vector<size_t>, std::vector<size_t>> tasks_by_cores;
+    for (size_t t = 0; t < locality_of_task.size(); ++t) {
+      tasks_by_cores[candidate_cores(locality_of_task[t])].push_back(t);
+    }
+    std::vector<Group> groups;
+    for (auto& [cores, tasks] : tasks_by_cores) groups.push_back({cores, tasks});
+    std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+      return std::make_pair(a.cores.size(), a.tasks.front()) < std::make_pair(b.cores.size(), b.tasks.front());
+    });
+    return groups;
+  }
+
+  // The cores group `g` may take: its tasks' share of the free cores of every group whose cores contain its
+  // own, counting the tasks still to serve in there, so the tasks of an enclosing locality (a GPU local to
+  // the whole machine beside GPUs local to sockets) keep their share.
+  size_t quota(const std::vector<Group>& groups, const std::vector<bool>& served, size_t g) const {
+    const auto inside = [&](const Group& outer, const Group& inner) {
+      return std::includes(outer.cores.begin(), outer.cores.end(), inner.cores.begin(), inner.cores.end());
+    };
+    size_t quota = groups[g].cores.size();
+    for (const Group& outer : groups) {
+      if (!inside(outer, groups[g])) continue;
+      const size_t free = static_cast<size_t>(
+          std::count_if(outer.cores.begin(), outer.cores.end(), [&](size_t c) { return !taken_[c]; }));
+      size_t waiting = 0;
+      for (size_t m = 0; m < groups.size(); ++m) {
+        if (!served[m] && inside(outer, groups[m])) waiting += groups[m].tasks.size();
+      }
+      quota = std::min(quota, free * groups[g].tasks.size() / waiting);
+    }
+    return quota;
+  }
+
   std::vector<unsigned> allowed_cpus_of(size_t core) const {
     std::vector<unsigned> cpus;
     for (unsigned cpu : hw_.cores[core]) {
@@ -189,19 +226,21 @@ class CpuSplitter {
     return cores.empty() ? step_cores_ : cores;
   }
 
-  void share_out(const std::vector<size_t>& candidates, const std::vector<size_t>& tasks,
-                 std::vector<std::vector<unsigned>>& cpus) {
+  // Whole cores in contiguous blocks while there are enough, else CPUs of the cores, else shared CPUs.
+  void share_out(const Group& group, size_t quota, std::vector<std::vector<unsigned>>& cpus) {
+    const size_t k = group.tasks.size();
     std::vector<size_t> free;
-    for (size_t c : candidates) {
-      if (!taken_[c]) free.push_back(c);
+    for (size_t c : group.cores) {
+      if (!taken_[c] && free.size() < std::max(quota, k)) free.push_back(c);
     }
-    // Everything went to narrower localities inside this one: sharing their cores is all that is left.
-    if (free.empty()) free = candidates;
+    // Only when quotas left nothing (fewer cores than tasks): share what the group has.
+    if (free.empty()) free = group.cores;
     for (size_t c : free) taken_[c] = true;
-    const size_t k = tasks.size();
     if (free.size() >= k) {
       for (size_t j = 0; j < k; ++j) {
-        for (size_t i = j * free.size() / k; i < (j + 1) * free.size() / k; ++i) append(cpus[tasks[j]], allowed_cpus_of(free[i]));
+        for (size_t i = j * free.size() / k; i < (j + 1) * free.size() / k; ++i) {
+          append(cpus[group.tasks[j]], allowed_cpus_of(free[i]));
+        }
       }
       return;
     }
@@ -209,10 +248,10 @@ class CpuSplitter {
     for (size_t c : free) append(flat, allowed_cpus_of(c));
     for (size_t j = 0; j < k; ++j) {
       if (flat.size() >= k) {
-        cpus[tasks[j]].assign(flat.begin() + static_cast<long>(j * flat.size() / k),
-                              flat.begin() + static_cast<long>((j + 1) * flat.size() / k));
+        cpus[group.tasks[j]].assign(flat.begin() + static_cast<long>(j * flat.size() / k),
+                                    flat.begin() + static_cast<long>((j + 1) * flat.size() / k));
       } else {
-        cpus[tasks[j]] = {flat[j % flat.size()]};
+        cpus[group.tasks[j]] = {flat[j % flat.size()]};
       }
     }
   }
@@ -394,8 +433,9 @@ std::vector<unsigned> apply_cpu_binding(pid_t pid, const std::vector<unsigned>& 
     }
   }
   if (bound.empty()) {
-    throw Error("CPU binding: none of the task's CPUs " + format_id_list(requested) + " is among the CPUs it may use (" +
-                format_id_list(mask_cpus(allowed)) + "); let Slurm give the step those cores, or use --ddp-bind=none");
+    throw Error("CPU binding: none of the task's CPUs " + format_id_list(requested) +
+                " is among the CPUs it may use (" + format_id_list(mask_cpus(allowed)) +
+                "); let Slurm give the step those cores, or use --ddp-bind=none");
   }
   if (sched_setaffinity(pid, wanted.bytes, wanted.set.get()) != 0) {
     throw Error("CPU binding to " + format_id_list(bound) + " failed: " + std::strerror(errno));

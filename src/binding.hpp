@@ -81,7 +81,7 @@ struct NodePlan {
   // All of them, not the task's closest: NCCL ranks GPU-NIC paths itself and pinning one HCA per rank turns
   // off its multi-rail and PXN paths; the list keeps it off EFA and other RDMA devices. Empty: none.
   std::string nccl_ib_hca;
-  bool efa = false;  // the node has EFA devices: libfabric's efa provider carries NCCL's traffic
+  bool efa = false;                  // the node has EFA devices: libfabric's efa provider carries NCCL's traffic
   std::vector<TaskPlacement> tasks;  // by local rank
 };
 

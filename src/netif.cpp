@@ -54,7 +54,8 @@ bool same_subnet(const IpAddress& interface_address, const IpAddress& other) {
 
 bool same_address(const IpAddress& a, const IpAddress& b) {
   const size_t length = a.family == AF_INET ? 4 : 16;
-  return a.family == b.family && std::equal(a.bytes.begin(), a.bytes.begin() + static_cast<long>(length), b.bytes.begin());
+  return a.family == b.family &&
+         std::equal(a.bytes.begin(), a.bytes.begin() + static_cast<long>(length), b.bytes.begin());
 }
 
 struct AddrInfo {
@@ -118,7 +119,9 @@ const Interface* find_interface(const NetworkView& network, const std::string& n
   return nullptr;
 }
 
-bool usable(const Interface* interface) { return interface != nullptr && interface->up && !interface->addresses.empty(); }
+bool usable(const Interface* interface) {
+  return interface != nullptr && interface->up && !interface->addresses.empty();
+}
 
 bool on_master_subnet(const Interface& interface, const IpAddress& master) {
   return std::any_of(interface.addresses.begin(), interface.addresses.end(),
@@ -132,13 +135,13 @@ IpAddress numeric_address(const std::string& text) {
 
 SocketInterface validated_override(const NetworkView& network, const std::string& name) {
   const Interface* interface = find_interface(network, name);
-  const std::string problem = interface == nullptr ? "there is no such interface on this node"
-                              : !interface->up     ? "the interface is down"
+  const std::string problem = interface == nullptr           ? "there is no such interface on this node"
+                              : !interface->up               ? "the interface is down"
                               : interface->addresses.empty() ? "the interface has no IP address"
                                                              : "";
   if (!problem.empty()) {
-    throw Error("--ddp-nic " + quote(name) + ": " + problem + "; name one of " + describe_interfaces(network.interfaces) +
-                ", or use --ddp-nic=auto");
+    throw Error("--ddp-nic " + quote(name) + ": " + problem + "; name one of " +
+                describe_interfaces(network.interfaces) + ", or use --ddp-nic=auto");
   }
   return {name, SocketReason::Override};
 }
@@ -153,7 +156,8 @@ SocketInterface beside_loopback_master(const NetworkView& network, const std::op
   if (candidates.size() == 1) return {candidates.front()->name, SocketReason::OnlyInterface};
   throw Error("MASTER_ADDR " + quote(network.master_address) +
               " is a loopback address of this node, which other nodes cannot use, and no single interface stands "
-              "out; set --ddp-nic to one of " + describe_interfaces(network.interfaces) +
+              "out; set --ddp-nic to one of " +
+              describe_interfaces(network.interfaces) +
               ", or make the host name resolve to that interface's address in /etc/hosts");
 }
 
@@ -161,10 +165,14 @@ SocketInterface beside_loopback_master(const NetworkView& network, const std::op
 
 const char* to_string(SocketReason reason) {
   switch (reason) {
-    case SocketReason::Override: return "--ddp-nic";
-    case SocketReason::ClosestNic: return "closest NIC";
-    case SocketReason::Route: return "route to master";
-    case SocketReason::OnlyInterface: return "only interface up";
+    case SocketReason::Override:
+      return "--ddp-nic";
+    case SocketReason::ClosestNic:
+      return "closest NIC";
+    case SocketReason::Route:
+      return "route to master";
+    case SocketReason::OnlyInterface:
+      return "only interface up";
   }
   return "?";
 }
@@ -190,7 +198,8 @@ std::vector<Interface> list_interfaces() {
       found->addresses.push_back(*address);
     }
   }
-  std::sort(interfaces.begin(), interfaces.end(), [](const Interface& a, const Interface& b) { return a.name < b.name; });
+  std::sort(interfaces.begin(), interfaces.end(),
+            [](const Interface& a, const Interface& b) { return a.name < b.name; });
   return interfaces;
 }
 
@@ -209,8 +218,8 @@ SocketInterface choose_socket_interface(const NetworkView& network, const std::o
   if (route != nullptr && route->loopback && multi_node) return beside_loopback_master(network, preferred);
   if (preferred) {
     const Interface* closest = find_interface(network, *preferred);
-    if (usable(closest) && (*preferred == network.route ||
-                            on_master_subnet(*closest, numeric_address(network.master_address)))) {
+    if (usable(closest) &&
+        (*preferred == network.route || on_master_subnet(*closest, numeric_address(network.master_address)))) {
       return {*preferred, SocketReason::ClosestNic};
     }
   }

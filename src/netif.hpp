@@ -14,9 +14,9 @@
 namespace ddp {
 
 struct IpAddress {
-  int family = 0;                     // AF_INET or AF_INET6
-  std::array<uint8_t, 16> bytes{};    // network order; IPv4 in the first 4
-  unsigned prefix_length = 0;         // from the netmask
+  int family = 0;                   // AF_INET or AF_INET6
+  std::array<uint8_t, 16> bytes{};  // network order; IPv4 in the first 4
+  unsigned prefix_length = 0;       // from the netmask
 };
 
 struct Interface {

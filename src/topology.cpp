@@ -25,6 +25,8 @@ constexpr unsigned kDisplayClass = 0x03;  // high byte of the PCI class: VGA, 3D
 constexpr unsigned kInfiniBandClass = 0x0207;
 constexpr unsigned kEthernetClass = 0x0200;
 
+constexpr const char* kUnwantedComponents[] = {"pci", "opencl", "gl", "cuda", "nvml", "rsmi", "levelzero"};
+
 using TopologyPtr = std::unique_ptr<hwloc_topology, decltype(&hwloc_topology_destroy)>;
 
 std::string system_error_text() { return errno != 0 ? std::strerror(errno) : "unknown error"; }
@@ -37,6 +39,12 @@ TopologyPtr load_topology(const std::optional<std::string>& xml_path) {
   hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   // Slurm numbers cores over the whole machine; a topology restricted to this process's cgroup would not.
   hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
+  // Linux's sysfs gives every PCI, network and RDMA device needed here. The plugins would load libpciaccess
+  // (which leaks about 1 KiB per load in hwloc 2.9), OpenCL and CUDA drivers, or open X displays, inside
+  // slurmstepd: not for a device list.
+  for (const char* component : kUnwantedComponents) {
+    hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, component);
+  }
   if (xml_path && !std::ifstream(*xml_path)) {
     throw Error("topology file " + quote(*xml_path) + " cannot be read: " + system_error_text() +
                 "; write one with 'lstopo-no-graphics --of xml FILE' on the node");
@@ -228,8 +236,8 @@ class Inventory {
     }
   }
 
-  size_t locality_of(hwloc_obj_t cpu_side) {
-    std::vector<unsigned> cpus = bitmap_ids(cpu_side != nullptr ? cpu_side->cpuset : nullptr);
+  size_t locality_of(hwloc_const_cpuset_t cpuset) {
+    std::vector<unsigned> cpus = bitmap_ids(cpuset);
     const auto known = locality_index_.find(cpus);
     if (known != locality_index_.end()) return known->second;
     Locality locality;
@@ -253,7 +261,7 @@ class Inventory {
 
   void read_nets() {
     for (const Found& net : nets_) {
-      NetInterface interface{net.osdev->name, bus_id_of(net), std::nullopt};
+      NetInterface interface { net.osdev->name, bus_id_of(net), std::nullopt };
       for (size_t r = 0; r < rdma_.size(); ++r) {
         if (net.anchor->type == HWLOC_OBJ_PCI_DEVICE && rdma_[r].anchor == net.anchor) interface.rdma = r;
       }
@@ -269,7 +277,7 @@ class Inventory {
       const char* model = hwloc_obj_get_info_by_name(pci, "PCIDevice");
       gpu.model = model != nullptr ? model : "";
       gpu.device_number = static_cast<unsigned>(g);
-      gpu.locality = locality_of(hwloc_get_non_io_ancestor_obj(topology_, pci));
+      gpu.locality = locality_of(hwloc_get_non_io_ancestor_obj(topology_, pci)->cpuset);
       for (const Found& other : gpus_) gpu.to_gpu.push_back(device_closeness(pci, other.anchor));
       for (const Found& net : nets_) gpu.to_net.push_back(device_closeness(pci, net.anchor));
       for (const Found& device : rdma_) gpu.to_rdma.push_back(device_closeness(pci, device.anchor));
@@ -297,12 +305,20 @@ class Inventory {
     }
   }
 
-  template <typename Pick>
-  static void closest_to(const std::vector<Found>& devices, hwloc_obj_t cpu_side, Pick&& pick) {
+  struct Nearest {
+    std::optional<DeviceIndex> device;
+    std::optional<Closeness> closeness;
+  };
+
+  static Nearest nearest_to(const std::vector<Found>& devices, hwloc_obj_t cpu_side) {
+    Nearest nearest;
     for (DeviceIndex d = 0; d < devices.size(); ++d) {
       const hwloc_obj_t device_side = io_path(devices[d].anchor).cpu_side;
-      pick(d, device_side != nullptr ? cpu_side_closeness(cpu_side, device_side) : Closeness::System);
+      const Closeness closeness =
+          device_side != nullptr ? cpu_side_closeness(cpu_side, device_side) : Closeness::System;
+      if (!nearest.closeness || closeness < *nearest.closeness) nearest = {d, closeness};
     }
+    return nearest;
   }
 
   void read_numa_nodes() {
@@ -312,13 +328,14 @@ class Inventory {
       if (numa->cpuset == nullptr || hwloc_bitmap_iszero(numa->cpuset)) continue;
       NumaNode node;
       node.os_index = numa->os_index;
-      node.locality = locality_of(numa->parent);
-      closest_to(nets_, numa->parent, [&](DeviceIndex d, Closeness c) {
-        if (!node.nic_closeness || c < *node.nic_closeness) node.nic = d, node.nic_closeness = c;
-      });
-      closest_to(rdma_, numa->parent, [&](DeviceIndex d, Closeness c) {
-        if (!node.hca_closeness || c < *node.hca_closeness) node.hca = d, node.hca_closeness = c;
-      });
+      node.locality = locality_of(numa->cpuset);
+      // A NUMA node hangs off the CPU-side object it is local to, where device paths are compared.
+      const Nearest nic = nearest_to(nets_, numa->parent);
+      const Nearest hca = nearest_to(rdma_, numa->parent);
+      node.nic = nic.device;
+      node.nic_closeness = nic.closeness;
+      node.hca = hca.device;
+      node.hca_closeness = hca.closeness;
       hw_.numa_nodes.push_back(node);
     }
     std::sort(hw_.numa_nodes.begin(), hw_.numa_nodes.end(),
@@ -361,22 +378,32 @@ std::optional<unsigned> device_minor(const std::string& information_file) {
 
 const char* to_string(Closeness closeness) {
   switch (closeness) {
-    case Closeness::Pix: return "PIX";
-    case Closeness::Pxb: return "PXB";
-    case Closeness::Phb: return "PHB";
-    case Closeness::Node: return "NODE";
-    case Closeness::Package: return "PKG";
-    case Closeness::System: return "SYS";
+    case Closeness::Pix:
+      return "PIX";
+    case Closeness::Pxb:
+      return "PXB";
+    case Closeness::Phb:
+      return "PHB";
+    case Closeness::Node:
+      return "NODE";
+    case Closeness::Package:
+      return "PKG";
+    case Closeness::System:
+      return "SYS";
   }
   return "?";
 }
 
 const char* to_string(RdmaKind kind) {
   switch (kind) {
-    case RdmaKind::InfiniBand: return "InfiniBand";
-    case RdmaKind::RoCE: return "RoCE";
-    case RdmaKind::Efa: return "EFA";
-    case RdmaKind::Other: return "RDMA";
+    case RdmaKind::InfiniBand:
+      return "InfiniBand";
+    case RdmaKind::RoCE:
+      return "RoCE";
+    case RdmaKind::Efa:
+      return "EFA";
+    case RdmaKind::Other:
+      return "RDMA";
   }
   return "?";
 }

@@ -25,10 +25,10 @@ const char* to_string(Closeness closeness);  // "PIX", "PXB", "PHB", "NODE", "PK
 using DeviceIndex = size_t;
 
 struct Gpu {
-  std::string pci_bus_id;     // "0000:10:1c.0"
-  std::string model;          // the PCI database name, e.g. "GA100 [A100 SXM4 40GB]"; may be empty
-  unsigned device_number = 0;  // N of /dev/nvidiaN, which Slurm's gres/gpu lists in SLURM_STEP_GPUS
-  size_t locality = 0;        // into NodeHardware::localities: the CPUs nearest to the GPU
+  std::string pci_bus_id;          // "0000:10:1c.0"
+  std::string model;               // the PCI database name, e.g. "GA100 [A100 SXM4 40GB]"; may be empty
+  unsigned device_number = 0;      // N of /dev/nvidiaN, which Slurm's gres/gpu lists in SLURM_STEP_GPUS
+  size_t locality = 0;             // into NodeHardware::localities: the CPUs nearest to the GPU
   std::vector<Closeness> to_gpu;   // per NodeHardware::gpus
   std::vector<Closeness> to_net;   // per NodeHardware::nets
   std::vector<Closeness> to_rdma;  // per NodeHardware::rdma
@@ -37,8 +37,8 @@ struct Gpu {
 };
 
 struct NetInterface {
-  std::string name;        // the kernel's interface name: what NCCL_SOCKET_IFNAME takes
-  std::string pci_bus_id;  // empty for an interface hwloc found outside PCI
+  std::string name;                 // the kernel's interface name: what NCCL_SOCKET_IFNAME takes
+  std::string pci_bus_id;           // empty for an interface hwloc found outside PCI
   std::optional<DeviceIndex> rdma;  // the RDMA device on the same PCI function: this is its IPoIB interface
 };
 
@@ -58,21 +58,21 @@ struct RdmaDevice {
 
 // A set of CPUs some device or memory is local to.
 struct Locality {
-  std::vector<unsigned> cpus;   // OS CPU (PU) ids, sorted
-  std::vector<size_t> cores;    // into NodeHardware::cores: the cores with a CPU in `cpus`
+  std::vector<unsigned> cpus;  // OS CPU (PU) ids, sorted
+  std::vector<size_t> cores;   // into NodeHardware::cores: the cores with a CPU in `cpus`
 };
 
 struct NumaNode {
   unsigned os_index = 0;
-  size_t locality = 0;                 // into NodeHardware::localities
-  std::optional<DeviceIndex> nic;      // closest network interface to these CPUs (for tasks without a GPU)
+  size_t locality = 0;             // into NodeHardware::localities
+  std::optional<DeviceIndex> nic;  // closest network interface to these CPUs (for tasks without a GPU)
   std::optional<Closeness> nic_closeness;
   std::optional<DeviceIndex> hca;
   std::optional<Closeness> hca_closeness;
 };
 
 struct NodeHardware {
-  std::string source;  // "this system" or the XML file read
+  std::string source;        // "this system" or the XML file read
   bool this_system = false;  // read from the running machine: its interfaces and affinity are the real ones
   unsigned packages = 0;
   unsigned pus = 0;

@@ -4,6 +4,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "binding.hpp"
@@ -67,8 +68,9 @@ class Arguments {
     if (done()) throw ddp::Error(option + " needs a value; see ddp-topo --help");
     return args_[next_++];
   }
-  void no_value(const std::string& option) const {
+  bool flag(const std::string& option) const {
     if (inline_value_) throw ddp::Error(option + " takes no value; see ddp-topo --help");
+    return true;
   }
 
  private:
@@ -82,18 +84,31 @@ CliOptions parse_options(int argc, char** argv) {
   Arguments args(argc, argv);
   while (!args.done()) {
     const std::string option = args.name();
-    if (option == "--xml") options.xml = args.value(option);
-    else if (option == "--tasks") options.tasks = static_cast<unsigned>(ddp::require_uint(args.value(option), 1, 65536, "--tasks"));
-    else if (option == "--gpus") options.gpus = ddp::parse_id_list(args.value(option), "--gpus");
-    else if (option == "--cpus") options.cpus = ddp::parse_id_list(args.value(option), "--cpus");
-    else if (option == "--cores") options.cores = ddp::parse_id_list(args.value(option), "--cores");
-    else if (option == "--master") options.master = args.value(option);
-    else if (option == "--nic") options.nic = args.value(option);
-    else if (option == "--constrain-devices") args.no_value(option), options.constrain_devices = true;
-    else if (option == "--matrix") args.no_value(option), options.matrix = true;
-    else if (option == "--json") args.no_value(option), options.json = true;
-    else if (option == "--help" || option == "-h") options.help = true;
-    else throw ddp::Error("unknown option " + ddp::quote(option) + "; see ddp-topo --help");
+    if (option == "--xml") {
+      options.xml = args.value(option);
+    } else if (option == "--tasks") {
+      options.tasks = static_cast<unsigned>(ddp::require_uint(args.value(option), 1, 65536, "--tasks"));
+    } else if (option == "--gpus") {
+      options.gpus = ddp::parse_id_list(args.value(option), "--gpus");
+    } else if (option == "--cpus") {
+      options.cpus = ddp::parse_id_list(args.value(option), "--cpus");
+    } else if (option == "--cores") {
+      options.cores = ddp::parse_id_list(args.value(option), "--cores");
+    } else if (option == "--master") {
+      options.master = args.value(option);
+    } else if (option == "--nic") {
+      options.nic = args.value(option);
+    } else if (option == "--constrain-devices") {
+      options.constrain_devices = args.flag(option);
+    } else if (option == "--matrix") {
+      options.matrix = args.flag(option);
+    } else if (option == "--json") {
+      options.json = args.flag(option);
+    } else if (option == "--help" || option == "-h") {
+      options.help = args.flag(option);
+    } else {
+      throw ddp::Error("unknown option " + ddp::quote(option) + "; see ddp-topo --help");
+    }
   }
   if (options.cpus && options.cores) throw ddp::Error("--cpus and --cores both give the step's CPUs; use one");
   if (options.constrain_devices && !options.gpus) throw ddp::Error("--constrain-devices needs --gpus LIST");
@@ -180,23 +195,32 @@ void print_summary(const Report& report) {
   std::printf("plan: %s\n\n", report.plan.rule.c_str());
 }
 
+// Left-aligned in `width` columns, and a space.
+std::string cell(const std::string& text, size_t width) {
+  return text + std::string(text.size() < width ? width - text.size() : 0, ' ') + " ";
+}
+
 void print_tasks(const Report& report) {
   const bool sockets = !report.sockets.empty() && report.sockets.front().has_value();
-  std::printf("%-5s %-5s %-4s %-13s %-12s %-5s %-14s %-5s %s%s\n", "TASK", "CUDA", "GPU", "PCI BUS ID", "NIC", "CLASS",
-              "HCA", "CLASS", sockets ? "SOCKET IFNAME             " : "", "CPUS");
+  std::printf("%s\n", (cell("TASK", 5) + cell("CUDA", 5) + cell("GPU", 4) + cell("PCI BUS ID", 13) + cell("NIC", 12) +
+                       cell("CLASS", 5) + cell("HCA", 14) + cell("CLASS", 5) +
+                       (sockets ? cell("SOCKET IFNAME", 26) : "") + "CPUS")
+                          .c_str());
   for (size_t r = 0; r < report.plan.tasks.size(); ++r) {
     const ddp::TaskPlacement& task = report.plan.tasks[r];
-    const std::string socket = sockets ? report.sockets[r]->name + " (" + ddp::to_string(report.sockets[r]->reason) + ")" : "";
-    std::printf("%-5zu %-5s %-4s %-13s %-12s %-5s %-14s %-5s %s%s\n", r, task.gpu ? std::to_string(task.cuda_index).c_str() : "-",
-                task.gpu ? std::to_string(*task.gpu).c_str() : "-",
-                task.gpu ? report.hw.gpus[*task.gpu].pci_bus_id.c_str() : "-", or_dash(nic_name(report, task.nic)).c_str(),
-                or_dash(closeness_name(task.nic_closeness)).c_str(), or_dash(hca_name(report, task.hca)).c_str(),
-                or_dash(closeness_name(task.hca_closeness)).c_str(),
-                sockets ? (socket + std::string(socket.size() < 26 ? 26 - socket.size() : 1, ' ')).c_str() : "",
-                ddp::format_id_list(task.cpus).c_str());
+    const auto& socket = report.sockets[r];
+    std::string row =
+        cell(std::to_string(r), 5) + cell(task.gpu ? std::to_string(task.cuda_index) : "-", 5) +
+        cell(task.gpu ? std::to_string(*task.gpu) : "-", 4) +
+        cell(task.gpu ? report.hw.gpus[*task.gpu].pci_bus_id : "-", 13) +
+        cell(or_dash(nic_name(report, task.nic)), 12) + cell(or_dash(closeness_name(task.nic_closeness)), 5) +
+        cell(or_dash(hca_name(report, task.hca)), 14) + cell(or_dash(closeness_name(task.hca_closeness)), 5);
+    if (socket) row += cell(socket->name + " (" + ddp::to_string(socket->reason) + ")", 26);
+    std::printf("%s%s\n", row.c_str(), ddp::format_id_list(task.cpus).c_str());
   }
   std::printf("\n");
-  for (size_t r = 0; r < report.env.size(); ++r) std::printf("task %zu exports: %s\n", r, env_text(report.env[r]).c_str());
+  for (size_t r = 0; r < report.env.size(); ++r)
+    std::printf("task %zu exports: %s\n", r, env_text(report.env[r]).c_str());
 }
 
 void print_matrix(const ddp::NodeHardware& hw) {
@@ -238,25 +262,28 @@ std::string json_or_null(const std::optional<std::string>& text) { return text ?
 
 std::string json_hardware(const ddp::NodeHardware& hw) {
   std::string out = "\"source\":" + json_string(hw.source) + ",\"packages\":" + std::to_string(hw.packages) +
-                    ",\"numa_nodes\":" + std::to_string(hw.numa_nodes.size()) + ",\"cores\":" +
-                    std::to_string(hw.cores.size()) + ",\"cpus\":" + std::to_string(hw.pus) + ",\"gpus\":[";
+                    ",\"numa_nodes\":" + std::to_string(hw.numa_nodes.size()) +
+                    ",\"cores\":" + std::to_string(hw.cores.size()) + ",\"cpus\":" + std::to_string(hw.pus) +
+                    ",\"gpus\":[";
   for (size_t g = 0; g < hw.gpus.size(); ++g) {
     const ddp::Gpu& gpu = hw.gpus[g];
-    out += std::string(g ? "," : "") + "{\"index\":" + std::to_string(g) + ",\"pci_bus_id\":" + json_string(gpu.pci_bus_id) +
-           ",\"model\":" + json_string(gpu.model) + ",\"device_number\":" + std::to_string(gpu.device_number) +
+    out += std::string(g ? "," : "") + "{\"index\":" + std::to_string(g) +
+           ",\"pci_bus_id\":" + json_string(gpu.pci_bus_id) + ",\"model\":" + json_string(gpu.model) +
+           ",\"device_number\":" + std::to_string(gpu.device_number) +
            ",\"cpus\":" + json_string(ddp::format_id_list(hw.localities[gpu.locality].cpus)) + "}";
   }
   out += "],\"nics\":[";
   for (size_t n = 0; n < hw.nets.size(); ++n) {
     const auto& net = hw.nets[n];
-    out += std::string(n ? "," : "") + "{\"name\":" + json_string(net.name) + ",\"pci_bus_id\":" +
-           json_string(net.pci_bus_id) + ",\"ipoib_of\":" +
+    out += std::string(n ? "," : "") + "{\"name\":" + json_string(net.name) +
+           ",\"pci_bus_id\":" + json_string(net.pci_bus_id) + ",\"ipoib_of\":" +
            json_or_null(net.rdma ? std::optional<std::string>(hw.rdma[*net.rdma].name) : std::nullopt) + "}";
   }
   out += "],\"rdma\":[";
   for (size_t d = 0; d < hw.rdma.size(); ++d) {
-    out += std::string(d ? "," : "") + "{\"name\":" + json_string(hw.rdma[d].name) + ",\"pci_bus_id\":" +
-           json_string(hw.rdma[d].pci_bus_id) + ",\"kind\":" + json_string(ddp::to_string(hw.rdma[d].kind)) + "}";
+    out += std::string(d ? "," : "") + "{\"name\":" + json_string(hw.rdma[d].name) +
+           ",\"pci_bus_id\":" + json_string(hw.rdma[d].pci_bus_id) +
+           ",\"kind\":" + json_string(ddp::to_string(hw.rdma[d].kind)) + "}";
   }
   return out + "]";
 }
@@ -264,18 +291,20 @@ std::string json_hardware(const ddp::NodeHardware& hw) {
 std::string json_task(const Report& report, size_t r) {
   const ddp::TaskPlacement& task = report.plan.tasks[r];
   const bool gpu = task.gpu.has_value();
-  std::string out = "{\"local_rank\":" + std::to_string(r) + ",\"gpu\":" + (gpu ? std::to_string(*task.gpu) : "null") +
-                    ",\"cuda_index\":" + (gpu ? std::to_string(task.cuda_index) : "null") + ",\"pci_bus_id\":" +
-                    json_or_null(gpu ? std::optional<std::string>(report.hw.gpus[*task.gpu].pci_bus_id) : std::nullopt) +
-                    ",\"nic\":" + json_or_null(nic_name(report, task.nic)) +
-                    ",\"nic_closeness\":" + json_or_null(closeness_name(task.nic_closeness)) +
-                    ",\"hca\":" + json_or_null(hca_name(report, task.hca)) +
-                    ",\"hca_closeness\":" + json_or_null(closeness_name(task.hca_closeness)) +
-                    ",\"cpus\":" + json_string(ddp::format_id_list(task.cpus));
+  std::string out =
+      "{\"local_rank\":" + std::to_string(r) + ",\"gpu\":" + (gpu ? std::to_string(*task.gpu) : "null") +
+      ",\"cuda_index\":" + (gpu ? std::to_string(task.cuda_index) : "null") + ",\"pci_bus_id\":" +
+      json_or_null(gpu ? std::optional<std::string>(report.hw.gpus[*task.gpu].pci_bus_id) : std::nullopt) +
+      ",\"nic\":" + json_or_null(nic_name(report, task.nic)) +
+      ",\"nic_closeness\":" + json_or_null(closeness_name(task.nic_closeness)) +
+      ",\"hca\":" + json_or_null(hca_name(report, task.hca)) +
+      ",\"hca_closeness\":" + json_or_null(closeness_name(task.hca_closeness)) +
+      ",\"cpus\":" + json_string(ddp::format_id_list(task.cpus));
   const auto& socket = report.sockets[r];
   out += ",\"socket_interface\":" + json_or_null(socket ? std::optional<std::string>(socket->name) : std::nullopt) +
          ",\"socket_reason\":" +
-         json_or_null(socket ? std::optional<std::string>(ddp::to_string(socket->reason)) : std::nullopt) + ",\"env\":{";
+         json_or_null(socket ? std::optional<std::string>(ddp::to_string(socket->reason)) : std::nullopt) +
+         ",\"env\":{";
   for (size_t i = 0; i < report.env[r].size(); ++i) {
     out += std::string(i ? "," : "") + json_string(report.env[r][i].first) + ":" + json_string(report.env[r][i].second);
   }

@@ -31,10 +31,9 @@ Interface interface(const std::string& name, bool up, std::vector<IpAddress> add
 // A node with a management network (eth0, default route) and a second fabric (ens65) on the master's subnet.
 NetworkView two_networks(const std::string& master, const std::string& route) {
   NetworkView view;
-  view.interfaces = {interface("eth0", true, {ipv4("192.0.2.2", 24)}),
-                     interface("ens65", true, {ipv4("198.51.100.7", 24)}),
-                     interface("ib0", false, {ipv4("203.0.113.7", 24)}),
-                     interface("lo", true, {ipv4("127.0.0.1", 8)}, true)};
+  view.interfaces = {
+      interface("eth0", true, {ipv4("192.0.2.2", 24)}), interface("ens65", true, {ipv4("198.51.100.7", 24)}),
+      interface("ib0", false, {ipv4("203.0.113.7", 24)}), interface("lo", true, {ipv4("127.0.0.1", 8)}, true)};
   view.master_address = master;
   view.route = route;
   return view;
@@ -85,8 +84,9 @@ TEST(SocketInterface, OverrideIsCheckedAndNamesTheInterfacesOnError) {
             std::string::npos);
   NetworkView no_address = view;
   no_address.interfaces.push_back(interface("veth1", true, {}));
-  EXPECT_NE(error_of([&] { choose_socket_interface(no_address, std::nullopt, std::string("veth1"), true); })
-                .find("has no IP address"),
+  EXPECT_NE(error_of([&] {
+              choose_socket_interface(no_address, std::nullopt, std::string("veth1"), true);
+            }).find("has no IP address"),
             std::string::npos);
 }
 

@@ -1,9 +1,8 @@
 // Expected plans follow from the topologies in data/ (checked with lstopo-no-graphics -i) and the rules in
 // binding.hpp; each comment says which fact of the topology decides the value.
-#include "binding.hpp"
-
 #include <gtest/gtest.h>
 
+#include "binding.hpp"
 #include "error.hpp"
 #include "fixtures.hpp"
 
@@ -111,8 +110,8 @@ TEST(Plan, Dgx2hSixteenTasksOnFourCpusShareThemRoundRobin) {
     EXPECT_FALSE(task.nic);  // no NIC was kept in the export
     EXPECT_FALSE(task.hca);
   }
-  EXPECT_EQ(binding_env(plan, 0, ""),
-            (EnvPairs{{"CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15"}, {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}}));
+  EXPECT_EQ(binding_env(plan, 0, ""), (EnvPairs{{"CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15"},
+                                                {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}}));
 }
 
 TEST(Plan, P100NodeBindsBothTasksToSocketZeroBesideTheHca) {
@@ -192,9 +191,9 @@ TEST(Plan, MoreTasksThanGpusShareThemRoundRobin) {
     EXPECT_EQ(plan.tasks[r].cuda_index, r % 2);
   }
   // Six tasks on the 18 cores of socket 0: three whole cores each, none shared.
-  EXPECT_EQ(task_cpus(plan), (std::vector<std::vector<unsigned>>{ids("0-2,36-38"), ids("3-5,39-41"), ids("6-8,42-44"),
-                                                                 ids("9-11,45-47"), ids("12-14,48-50"),
-                                                                 ids("15-17,51-53")}));
+  EXPECT_EQ(task_cpus(plan),
+            (std::vector<std::vector<unsigned>>{ids("0-2,36-38"), ids("3-5,39-41"), ids("6-8,42-44"), ids("9-11,45-47"),
+                                                ids("12-14,48-50"), ids("15-17,51-53")}));
 }
 
 TEST(Plan, SlurmGpuSubsetWithGlobalIndices) {
@@ -249,9 +248,9 @@ TEST(Plan, RestrictedStepCoresAreSplitWithoutOverlap) {
   EXPECT_EQ(*request.allowed_cpus, ids("0-3,24-27,48-51,72-75"));
   const NodePlan plan = plan_node(hw, request);
   // Four tasks per socket, four allowed cores per socket: one whole core (both hyperthreads) each.
-  EXPECT_EQ(task_cpus(plan), (std::vector<std::vector<unsigned>>{ids("0,48"), ids("1,49"), ids("2,50"), ids("3,51"),
-                                                                 ids("24,72"), ids("25,73"), ids("26,74"),
-                                                                 ids("27,75")}));
+  EXPECT_EQ(task_cpus(plan),
+            (std::vector<std::vector<unsigned>>{ids("0,48"), ids("1,49"), ids("2,50"), ids("3,51"), ids("24,72"),
+                                                ids("25,73"), ids("26,74"), ids("27,75")}));
 }
 
 TEST(Plan, GpusWithoutAllowedLocalCoresUseTheStepsOtherCores) {
@@ -277,6 +276,36 @@ TEST(Plan, FewerCoresThanTasksSplitHyperthreadsThenShare) {
   request.gpus = gpu_allocation_from_slurm("0-1", "0-1");
   // Two tasks, two cores: whole cores, not one hyperthread of each core per task.
   EXPECT_EQ(task_cpus(plan_node(hw, request)), (std::vector<std::vector<unsigned>>{ids("0,48"), ids("1,49")}));
+}
+
+// No fixture has a GPU whose locality encloses other GPUs' (a host bridge hwloc could only attach to the
+// machine, beside GPUs local to sockets), so this node is written out: two sockets of two single-CPU cores,
+// GPU 0 on socket 0, GPU 1 on socket 1, GPU 2 on the machine.
+NodeHardware nested_localities() {
+  NodeHardware hw;
+  hw.source = "a two-socket test node";
+  hw.cores = {{0}, {1}, {2}, {3}};
+  hw.localities = {{ids("0-1"), {0, 1}}, {ids("2-3"), {2, 3}}, {ids("0-3"), {0, 1, 2, 3}}};
+  for (size_t g = 0; g < 3; ++g) {
+    Gpu gpu;
+    gpu.pci_bus_id = "0000:0" + std::to_string(g) + ":00.0";
+    gpu.device_number = static_cast<unsigned>(g);
+    gpu.locality = g;
+    hw.gpus.push_back(gpu);
+  }
+  for (unsigned n = 0; n < 2; ++n) {
+    NumaNode node;
+    node.os_index = n;
+    node.locality = n;
+    hw.numa_nodes.push_back(node);
+  }
+  return hw;
+}
+
+TEST(Plan, AGpuOfTheWholeMachineKeepsItsShareBesideSocketGpus) {
+  // Sockets' GPUs may not take every core of their socket: GPU 2's task is owed a share of the machine.
+  EXPECT_EQ(task_cpus(plan_node(nested_localities(), tasks(3))),
+            (std::vector<std::vector<unsigned>>{ids("0"), ids("2"), ids("1,3")}));
 }
 
 TEST(Plan, CpusOfSlurmCoresAndBadInput) {

@@ -56,7 +56,7 @@ TEST(Topology, P4dEightA100InBusOrderEachBesideOneEnaAndOneEfa) {
   // GPU0 to ens65: other host bridge, same package (one NUMA node); to ens129: the other package.
   EXPECT_EQ(hw.gpus[0].to_net[1], Closeness::Node);
   EXPECT_EQ(hw.gpus[0].to_net[2], Closeness::System);
-  EXPECT_EQ(gpu_cpus(hw, 0), ids("0-23,48-71"));   // Package L#0 cpuset=0x000000ff,0xffff0000,0x00ffffff
+  EXPECT_EQ(gpu_cpus(hw, 0), ids("0-23,48-71"));  // Package L#0 cpuset=0x000000ff,0xffff0000,0x00ffffff
   EXPECT_EQ(gpu_cpus(hw, 7), ids("24-47,72-95"));
   ASSERT_EQ(hw.cores.size(), 48u);
   EXPECT_EQ(hw.cores[0], ids("0,48"));  // Core L#0: PU P#0 and P#48
@@ -106,7 +106,7 @@ TEST(Topology, P100NodeGpusShareAPcieSwitchWithTheHca) {
   EXPECT_EQ(bus_ids(hw), (std::vector<std::string>{"0000:04:00.0", "0000:07:00.0"}));
   EXPECT_EQ(net_names(hw), (std::vector<std::string>{"hsi0", "enp12s0f0", "enp12s0f1"}));
   ASSERT_EQ(hw.rdma.size(), 1u);
-  EXPECT_EQ(hw.rdma[0].kind, RdmaKind::InfiniBand);  // class 0207
+  EXPECT_EQ(hw.rdma[0].kind, RdmaKind::InfiniBand);           // class 0207
   EXPECT_EQ(hw.nets[0].rdma, std::optional<DeviceIndex>(0));  // hsi0 and mlx5_0 on PCI 08:00.0: IPoIB
   // 04:00.0, 07:00.0 and 08:00.0 are each one bridge below the switch's upstream bridge.
   EXPECT_EQ(hw.gpus[0].to_rdma[0], Closeness::Pix);
@@ -126,8 +126,8 @@ TEST(Topology, Hwloc1WorkstationFindsTheNvidiaGpuButNotTheAmdOne) {
   EXPECT_EQ(net_names(hw), (std::vector<std::string>{"enp4s0", "wlp5s0", "enp6s0"}));
   EXPECT_TRUE(hw.rdma.empty());
   EXPECT_EQ(hw.gpus[0].to_net, (std::vector<Closeness>(3, Closeness::Phb)));  // one host bridge holds them all
-  EXPECT_EQ(hw.nets[*hw.gpus[0].nic].name, "enp4s0");  // equally close: the lowest bus id
-  EXPECT_EQ(gpu_cpus(hw, 0), ids("0-7,32-39"));        // Group0 L#0 with NUMANode P#0
+  EXPECT_EQ(hw.nets[*hw.gpus[0].nic].name, "enp4s0");                         // equally close: the lowest bus id
+  EXPECT_EQ(gpu_cpus(hw, 0), ids("0-7,32-39"));                               // Group0 L#0 with NUMANode P#0
   // NUMA node P#2 is the other die of the one package.
   ASSERT_EQ(hw.numa_nodes.size(), 2u);
   EXPECT_EQ(hw.numa_nodes[1].os_index, 2u);
@@ -190,11 +190,12 @@ TEST(Topology, ReadsDeviceNumbersFromTheNvidiaDriver) {
   const std::string dir = testing::TempDir() + "nvidia-gpus";
   mkdir(dir.c_str(), 0700);
   // The driver names directories in upper case and numbers minors by probe order, not always bus order.
-  for (const auto& [bus, minor] : {std::pair<std::string, int>{"0000:3B:00.0", 1}, {"0000:18:00.0", 0},
-                                   {"0000:AF:00.0", 3}}) {
+  for (const auto& [bus, minor] :
+       {std::pair<std::string, int>{"0000:3B:00.0", 1}, {"0000:18:00.0", 0}, {"0000:AF:00.0", 3}}) {
     mkdir((dir + "/" + bus).c_str(), 0700);
     std::ofstream(dir + "/" + bus + "/information")
-        << "Model: \t\t Tesla V100-SXM2-32GB\nIRQ:   \t\t 72\nDevice Minor: \t " << minor << "\nBus Location: \t " << bus << "\n";
+        << "Model: \t\t Tesla V100-SXM2-32GB\nIRQ:   \t\t 72\nDevice Minor: \t " << minor << "\nBus Location: \t "
+        << bus << "\n";
   }
   mkdir((dir + "/0000:d8:00.0").c_str(), 0700);  // no information file: skipped
   const auto numbers = read_nvidia_device_numbers(dir);
