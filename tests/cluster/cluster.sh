@@ -48,6 +48,8 @@
 # - munged logs "Unauthorized credential for client UID=0" and "Replayed credential" at each step; harmless.
 set -Eeuo pipefail
 # A command failing under set -e would otherwise end the script without a word.
+# DDP_CLUSTER_TRACE=1: every command with a timestamp, to see where a slow or failing bring-up spends its time.
+if [ -n "${DDP_CLUSTER_TRACE:-}" ]; then PS4='+ ${EPOCHREALTIME} ${FUNCNAME[0]:-main}: '; set -x; fi
 trap 'say "error: line $LINENO: \"$BASH_COMMAND\" failed (exit $?)"' ERR
 
 readonly DIR=${DDP_CLUSTER_DIR:-/tmp/ddp-cluster}
@@ -362,7 +364,8 @@ SlurmdPort=$SLURMD_PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$DIR/munge/munge.socket
+# cred_expire is also how long a requeued job waits before it may start again (default 120 s).
+AuthInfo=socket=$DIR/munge/munge.socket,cred_expire=10
 CredType=cred/munge
 StateSaveLocation=$DIR/ctld
 SlurmdSpoolDir=$DIR/spool/%n
@@ -383,6 +386,8 @@ JobCompLoc=$LOG/jobcomp.log
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
+# Pass over pending jobs every 2 s (default 60): a requeued job becomes eligible on a timer, not an event.
+SchedulerParameters=sched_interval=2,bf_interval=2
 MpiDefault=none
 MpiParams=ports=$RESV_PORTS
 # Nodes claim more CPUs than this machine has, so multi-task and concurrent steps fit.
