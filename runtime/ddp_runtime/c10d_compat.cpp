@@ -1,0 +1,138 @@
+#include "ddp_runtime/c10d_compat.hpp"
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/optim/sgd.h>
+#include <torch/version.h>
+
+#include <sstream>
+#include <algorithm>
+#include <type_traits>
+
+#ifdef DDP_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "error.hpp"
+
+namespace ddp::runtime::compat {
+namespace {
+
+// 1.13: the Gloo and NCCL groups are ProcessGroups. 2.x: they are Backends that a ProcessGroup dispatches to.
+template <class Backend>
+ProcessGroupPtr as_process_group([[maybe_unused]] const StorePtr& store, [[maybe_unused]] int rank,
+                                 [[maybe_unused]] int size, c10::intrusive_ptr<Backend> backend,
+                                 [[maybe_unused]] c10::DeviceType device) {
+#if TORCH_VERSION_MAJOR < 2
+  return backend;
+#else
+  using Group = c10d::ProcessGroup;
+  const auto type = device == c10::DeviceType::CUDA ? Group::BackendType::NCCL : Group::BackendType::GLOO;
+#if TORCH_VERSION_MINOR >= 6
+  auto group = c10::make_intrusive<Group>(store, rank, size);
+#else
+  auto group = c10::make_intrusive<Group>(store, rank, size, c10::make_intrusive<Group::Options>(backend->getBackendName()));
+#endif
+  group->setBackend(device, type, backend);
+  group->setDefaultBackend(type);
+  return group;
+#endif
+}
+
+std::shared_ptr<gloo::transport::Device> gloo_device(const std::vector<std::string>& interfaces, std::size_t i) {
+  return interfaces.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                            : c10d::ProcessGroupGloo::createDeviceForInterface(interfaces[i]);
+}
+
+// The optimizers key their per-parameter state by the parameter's TensorImpl: 1.13 spells the key as the
+// pointer printed to a string, 2.x uses the pointer itself.
+template <class StateMap>
+typename StateMap::key_type state_key(const at::Tensor& param) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;
+    key << static_cast<const void*>(param.unsafeGetTensorImpl());
+    return key.str();
+  } else {
+    return param.unsafeGetTensorImpl();
+  }
+}
+
+template <class Optimizer>
+auto state_key_of(Optimizer& optimizer, const at::Tensor& param) {
+  return state_key<std::remove_reference_t<decltype(optimizer.state())>>(param);
+}
+
+}  // namespace
+
+ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size, const std::vector<std::string>& interfaces,
+                                std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  for (std::size_t i = 0; i < std::max<std::size_t>(interfaces.size(), 1); ++i) {
+    options->devices.push_back(gloo_device(interfaces, i));
+  }
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+  return as_process_group(store, rank, size, gloo, c10::DeviceType::CPU);
+}
+
+bool nccl_built() {
+#ifdef DDP_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+ProcessGroupPtr make_nccl_group([[maybe_unused]] const StorePtr& store, [[maybe_unused]] int rank,
+                                [[maybe_unused]] int size, [[maybe_unused]] std::chrono::milliseconds timeout) {
+#ifdef DDP_WITH_NCCL
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+  return as_process_group(store, rank, size, nccl, c10::DeviceType::CUDA);
+#else
+  throw Error("the NCCL backend is not built: this LibTorch has no CUDA; use DDP_BACKEND=gloo, or rebuild against a "
+              "CUDA LibTorch (cmake -DTorch_DIR=<libtorch>/share/cmake/Torch)");
+#endif
+}
+
+std::shared_ptr<c10d::Reducer> make_reducer(const std::vector<at::Tensor>& params, ReducerConfig config,
+                                            const ProcessGroupPtr& group) {
+  return std::make_shared<c10d::Reducer>(params, std::move(config.bucket_indices),
+                                         std::move(config.bucket_size_limits), group,
+                                         std::vector<bool>(params.size(), false), config.bucket_bytes_cap,
+                                         /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
+                                         std::move(config.param_names), config.first_bucket_bytes_cap);
+}
+
+at::Tensor sgd_momentum_buffer(torch::optim::SGD& optimizer, const at::Tensor& param) {
+  auto& state = optimizer.state();
+  const auto found = state.find(state_key_of(optimizer, param));
+  if (found == state.end()) return {};
+  return static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
+}
+
+void set_sgd_momentum_buffer(torch::optim::SGD& optimizer, const at::Tensor& param, const at::Tensor& buffer) {
+  auto state = std::make_unique<torch::optim::SGDParamState>();
+  state->momentum_buffer(buffer);
+  optimizer.state()[state_key_of(optimizer, param)] = std::move(state);
+}
+
+void write_pickle_archive(const c10::IValue& value, const ByteSink& sink) {
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); });
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) {
+    sink(data, size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+}
+
+}  // namespace ddp::runtime::compat

@@ -1,0 +1,61 @@
+#pragma once
+// The one place for LibTorch calls whose form differs between Debian's 1.13 and 2.x: how a Gloo or NCCL
+// group becomes a c10d::ProcessGroup (2.x wraps backends), the Reducer's constructor, the key of an
+// optimizer's per-parameter state, and the streaming writer of torch.save's zip format. The rest of the
+// runtime uses only calls that are the same in both. Declarations only: the heavy c10d and JIT headers stay
+// in c10d_compat.cpp.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace c10d {
+class ProcessGroup;
+class Reducer;
+class Store;
+}  // namespace c10d
+
+namespace torch::optim {
+class SGD;
+}
+
+namespace ddp::runtime::compat {
+
+using ProcessGroupPtr = c10::intrusive_ptr<c10d::ProcessGroup>;
+using StorePtr = c10::intrusive_ptr<c10d::Store>;
+
+// Gloo over the named interfaces (GLOO_SOCKET_IFNAME), or over the address this host's name resolves to.
+ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size, const std::vector<std::string>& interfaces,
+                                std::chrono::milliseconds timeout);
+
+// True where LibTorch has CUDA and nccl.h was found at configure time.
+bool nccl_built();
+ProcessGroupPtr make_nccl_group(const StorePtr& store, int rank, int size, std::chrono::milliseconds timeout);
+
+struct ReducerConfig {
+  std::vector<std::vector<std::size_t>> bucket_indices;
+  std::vector<std::size_t> bucket_size_limits;
+  int64_t bucket_bytes_cap = 0;
+  int64_t first_bucket_bytes_cap = 0;
+  std::unordered_map<std::size_t, std::string> param_names;
+};
+std::shared_ptr<c10d::Reducer> make_reducer(const std::vector<at::Tensor>& params, ReducerConfig config,
+                                            const ProcessGroupPtr& group);
+
+// SGD's momentum buffer of one parameter: undefined before its first step.
+at::Tensor sgd_momentum_buffer(torch::optim::SGD& optimizer, const at::Tensor& param);
+void set_sgd_momentum_buffer(torch::optim::SGD& optimizer, const at::Tensor& param, const at::Tensor& buffer);
+
+// Writes `value` in torch.save's zip format, streaming: tensors go from their storage to `sink` without a copy
+// of the whole file in memory.
+using ByteSink = std::function<void(const void* data, std::size_t size)>;
+void write_pickle_archive(const c10::IValue& value, const ByteSink& sink);
+
+}  // namespace ddp::runtime::compat

@@ -1,0 +1,73 @@
+#pragma once
+// PyTorch's DistributedDataParallel for a C++ module: parameters and buffers broadcast from rank 0 and their
+// shapes verified on every rank at construction; gradients averaged by c10d::Reducer in buckets whose
+// all-reduce starts during backward, as soon as a bucket's gradients are ready; no_sync for accumulation.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "ddp_runtime/process_group.hpp"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace ddp::runtime {
+
+struct DdpOptions {
+  int64_t bucket_bytes_cap = 25 * 1024 * 1024;  // DDP's bucket_cap_mb=25
+  // DDP keeps the first bucket small (dist._DEFAULT_FIRST_BUCKET_BYTES) so that the gradients of the last
+  // layers, ready first, go on the wire before the rest of backward has run.
+  int64_t first_bucket_bytes_cap = 1024 * 1024;
+};
+
+class DistributedModel {
+ public:
+  DistributedModel(std::shared_ptr<torch::nn::Module> module, const Distributed& dist, DdpOptions options = {});
+  ~DistributedModel();
+  DistributedModel(const DistributedModel&) = delete;
+  DistributedModel& operator=(const DistributedModel&) = delete;
+
+  // Runs the module's forward pass (run_module) under DDP's bookkeeping; the backward pass of a loss computed
+  // from its output then averages the gradients over all ranks.
+  template <class Forward>
+  at::Tensor forward(Forward&& run_module) {
+    before_forward();
+    at::Tensor output = std::forward<Forward>(run_module)();
+    after_forward();
+    return output;
+  }
+
+  // While the guard lives, backward passes only accumulate local gradients; the first synchronised backward
+  // after it averages the accumulated sums.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedModel& model) : model_(model), previous_(std::exchange(model.sync_, false)) {}
+    ~NoSync() { model_.sync_ = previous_; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedModel& model_;
+    bool previous_;
+  };
+
+  std::size_t bucket_count() const { return bucket_count_; }
+  torch::nn::Module& module() { return *module_; }
+
+ private:
+  void before_forward();
+  void after_forward();
+
+  std::shared_ptr<torch::nn::Module> module_;
+  compat::ProcessGroupPtr group_;
+  std::vector<at::Tensor> buffers_;
+  std::shared_ptr<c10d::Reducer> reducer_;
+  std::size_t bucket_count_ = 0;
+  bool sync_ = true;
+};
+
+}  // namespace ddp::runtime

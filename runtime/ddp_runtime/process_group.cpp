@@ -1,0 +1,125 @@
+#include "ddp_runtime/process_group.hpp"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/cuda.h>
+
+#include <stdexcept>
+
+#include "ddp_runtime/mpi_bootstrap.hpp"
+#include "error.hpp"
+
+namespace ddp::runtime {
+namespace {
+
+std::string first_line(const std::exception& e) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
+  return text.substr(0, text.find('\n'));
+}
+
+std::string seconds(std::chrono::milliseconds timeout) {
+  const double s = static_cast<double>(timeout.count()) / 1000.0;
+  std::string text = std::to_string(s);
+  text.erase(text.find_last_not_of('0') + 1);
+  if (text.back() == '.') text.pop_back();
+  return text + " s";
+}
+
+compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds timeout) {
+  if (launch.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(launch.master_port);
+  options.isServer = launch.rank == 0;
+  options.numWorkers = static_cast<std::size_t>(launch.world_size);
+  options.waitWorkers = true;
+  options.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(launch.master_addr, options);
+  } catch (const std::exception& e) {
+    const std::string role = launch.rank == 0 ? "could not host" : "could not reach";
+    throw std::runtime_error("rank " + std::to_string(launch.rank) + " " + role + " the rendezvous store at " +
+                             launch.master_addr + ":" + std::to_string(launch.master_port) + " within " +
+                             seconds(timeout) + " (MASTER_ADDR, MASTER_PORT, --timeout): " + first_line(e) +
+                             "; check that every rank was started, that rank 0's host and port are reachable, "
+                             "or raise --timeout");
+  }
+}
+
+std::string choose_backend(BackendHint hint) {
+  switch (hint) {
+    case BackendHint::Gloo: return "gloo";
+    case BackendHint::Nccl:
+      if (!compat::nccl_built()) compat::make_nccl_group({}, 0, 1, {});  // throws its "not built" error
+      if (!torch::cuda::is_available()) throw Error("backend nccl needs a GPU, and no CUDA device is visible; use DDP_BACKEND=gloo");
+      return "nccl";
+    case BackendHint::Mpi:
+      throw Error("backend mpi: the MPI process group is not built into this ddp-train; use DDP_BACKEND=gloo "
+                  "(srun --ddp=gloo)");
+    case BackendHint::Auto: break;
+  }
+  return compat::nccl_built() && torch::cuda::is_available() ? "nccl" : "gloo";
+}
+
+compat::ProcessGroupPtr make_group(const Launch& launch, const std::string& backend, const compat::StorePtr& store,
+                                   std::chrono::milliseconds timeout) {
+  if (backend == "nccl") return compat::make_nccl_group(store, launch.rank, launch.world_size, timeout);
+  try {
+    return compat::make_gloo_group(store, launch.rank, launch.world_size, launch.socket_ifnames, timeout);
+  } catch (const std::exception& e) {
+    std::string interfaces;
+    for (const std::string& name : launch.socket_ifnames) interfaces += (interfaces.empty() ? "" : ",") + name;
+    throw std::runtime_error("rank " + std::to_string(launch.rank) + " could not connect Gloo to its peers (" +
+                             (interfaces.empty() ? "GLOO_SOCKET_IFNAME unset" : "GLOO_SOCKET_IFNAME=" + interfaces) +
+                             ", timeout " + seconds(timeout) + "): " + first_line(e));
+  }
+}
+
+c10::Device device_for(const std::string& backend, int local_rank) {
+  if (backend != "nccl") return c10::Device(c10::kCPU);
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
+}
+
+}  // namespace
+
+Distributed init_distributed(Launch launch, BackendHint hint, std::chrono::milliseconds timeout) {
+  const std::string backend = choose_backend(hint);
+  if (launch.source == LaunchSource::OpenMpi && launch.master_addr.empty()) share_master_over_mpi(launch);
+  const compat::StorePtr store = make_store(launch, timeout);
+  Distributed dist;
+  dist.group = make_group(launch, backend, store, timeout);
+  dist.rank = launch.rank;
+  dist.world_size = launch.world_size;
+  dist.local_rank = launch.local_rank;
+  dist.backend = backend;
+  dist.device = device_for(backend, launch.local_rank);
+  return dist;
+}
+
+namespace {
+
+// NCCL reduces device tensors only; for Gloo the copies to and from the device are no-ops.
+void collective_on_device(const Distributed& dist, at::Tensor& tensor, bool broadcast) {
+  std::vector<at::Tensor> tensors{tensor.to(dist.device)};
+  auto work = broadcast ? dist.group->broadcast(tensors) : dist.group->allreduce(tensors);
+  work->wait();
+  if (!tensors[0].is_same(tensor)) tensor.copy_(tensors[0]);
+}
+
+}  // namespace
+
+std::string broadcast_string(const Distributed& dist, const std::string& text) {
+  at::Tensor length = at::tensor({static_cast<int64_t>(text.size())}, at::kLong);
+  collective_on_device(dist, length, true);
+  at::Tensor bytes = at::zeros({length.item<int64_t>()}, at::kByte);
+  if (dist.rank == 0) std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
+  collective_on_device(dist, bytes, true);
+  const auto* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
+  return std::string(data, data + bytes.numel());
+}
+
+void all_reduce_sum(const Distributed& dist, at::Tensor& tensor) { collective_on_device(dist, tensor, false); }
+
+}  // namespace ddp::runtime

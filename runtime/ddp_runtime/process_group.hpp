@@ -1,0 +1,36 @@
+#pragma once
+// The process group factory: the one place that turns a Launch and a backend hint into a c10d group
+// (NCCL on GPUs where LibTorch has CUDA, Gloo on CPUs; MPI will join here), plus the few small collectives
+// the trainer needs outside of gradient synchronisation.
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <chrono>
+#include <string>
+
+#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/launch.hpp"
+
+namespace ddp::runtime {
+
+struct Distributed {
+  compat::ProcessGroupPtr group;
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string backend;  // "gloo" or "nccl"
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
+// Rendezvous through a TCPStore at MASTER_ADDR:MASTER_PORT hosted by rank 0 (an in-process store for a single
+// process). A rank that cannot reach it within `timeout` throws an error naming the address, port and timeout.
+Distributed init_distributed(Launch launch, BackendHint hint, std::chrono::milliseconds timeout);
+
+// Rank 0's text on every rank.
+std::string broadcast_string(const Distributed& dist, const std::string& text);
+
+// Sums a small CPU tensor over all ranks, in place.
+void all_reduce_sum(const Distributed& dist, at::Tensor& tensor);
+
+}  // namespace ddp::runtime

@@ -1,0 +1,107 @@
+#pragma once
+// Training snapshots: what they hold, their file format, and the store that writes them in the background.
+//
+// A snapshot is a dict saved in torch.save's zip format, which Python's torch.load reads as a plain dict:
+//   MODEL_STATE      {name: tensor}, the model's state_dict (the seed script's key)
+//   EPOCHS_RUN       the epoch to resume at (the seed script's key and meaning)
+//   GLOBAL_STEP      optimizer steps taken
+//   OPTIMIZER_STATE  torch.optim.SGD's state_dict layout: {"state": {i: {"momentum_buffer": t}}, "param_groups"}
+//   RNG_STATE        torch.get_rng_state() of rank 0
+//   SAMPLER          {"seed", "epoch", "batches_done", "world_size", "batch_size"}: where in the epoch it stopped
+//   FINGERPRINT      the model's parameter names and shapes, "weight:[1, 20] bias:[1]"
+//   FORMAT           "ddp-train snapshot 1"
+//   CHECKSUM         CRC-32 of everything above (see snapshot.cpp), verified on load
+// A dict with only MODEL_STATE and EPOCHS_RUN, as the seed script writes, loads too.
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddp::runtime {
+
+struct TrainingProgress {
+  int64_t epochs_run = 0;    // the epoch to resume at
+  int64_t batches_done = 0;  // batches of that epoch already trained (a snapshot taken mid-epoch)
+  int64_t global_step = 0;
+  uint64_t seed = 0;
+  int64_t world_size = 0;
+  int64_t batch_size = 0;
+};
+
+struct SnapshotContent {
+  std::vector<std::pair<std::string, at::Tensor>> model_state;
+  std::vector<at::Tensor> momentum_buffers;  // one per parameter, undefined where SGD has none yet
+  double lr = 0.0;
+  double momentum = 0.0;
+  at::Tensor rng_state;  // undefined in a seed-script snapshot
+  TrainingProgress progress;
+  bool from_seed_script = false;  // only MODEL_STATE and EPOCHS_RUN were there
+};
+
+// A snapshot that cannot be used: unreadable, truncated, or failing its checksum.
+class SnapshotCorrupt : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Throws SnapshotCorrupt.
+SnapshotContent read_snapshot(const std::string& path);
+
+struct LoadedSnapshot {
+  std::string path;
+  SnapshotContent content;
+};
+using Warn = std::function<void(const std::string& message)>;
+
+// The newest snapshot in dir that loads and passes its checksum; each one skipped is reported through warn.
+std::optional<LoadedSnapshot> newest_valid_snapshot(const std::string& dir, const Warn& warn);
+
+std::string model_fingerprint(const std::vector<std::pair<std::string, at::Tensor>>& model_state);
+
+// The final model: {name: tensor}, which model.load_state_dict(torch.load(path)) accepts. Written atomically.
+void write_model_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& model_state);
+
+// Writes snapshots into one directory, rank 0 only. save_async copies the state into staging buffers that are
+// kept from one snapshot to the next (fresh memory is expensive to touch for the first time) and returns; a
+// background thread serialises, checksums and writes. At most one write is in flight: the next save_async
+// waits for it first.
+class SnapshotStore {
+ public:
+  // Creates the directory and proves it writable; throws ddp::Error naming it.
+  SnapshotStore(std::string dir, int keep);
+  ~SnapshotStore();
+  SnapshotStore(const SnapshotStore&) = delete;
+  SnapshotStore& operator=(const SnapshotStore&) = delete;
+
+  using Saved = std::function<void(const std::string& path)>;
+  // `saved` runs on the writer thread once the file is durable under its final name.
+  void save_async(const SnapshotContent& live, Saved saved);
+  // Writes on the calling thread, straight from the live tensors (what torch.save does); returns the path.
+  std::string save(const SnapshotContent& live);
+  // Waits for the write in flight; rethrows its error.
+  void wait();
+
+  const std::string& dir() const { return dir_; }
+  // Time save_async kept its caller from training, in total, and how many times it was called.
+  std::chrono::duration<double> blocked() const { return blocked_; }
+  int async_saves() const { return async_saves_; }
+
+ private:
+  std::string write(const SnapshotContent& content) const;
+
+  std::string dir_;
+  int keep_;
+  SnapshotContent staged_;
+  std::future<void> in_flight_;
+  std::chrono::duration<double> blocked_{0};
+  int async_saves_ = 0;
+};
+
+}  // namespace ddp::runtime

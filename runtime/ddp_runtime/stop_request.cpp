@@ -1,0 +1,30 @@
+#include "ddp_runtime/stop_request.hpp"
+
+#include <atomic>
+#include <csignal>
+#include <cstring>
+
+namespace ddp::runtime {
+namespace {
+
+std::atomic<bool> requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+void on_signal(int) { requested.store(true, std::memory_order_relaxed); }
+
+}  // namespace
+
+void install_stop_signal_handler() {
+  struct sigaction action;
+  std::memset(&action, 0, sizeof action);
+  action.sa_handler = on_signal;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGUSR2, &action, nullptr);
+}
+
+void request_stop() { requested.store(true, std::memory_order_relaxed); }
+
+bool stop_requested() { return requested.load(std::memory_order_relaxed); }
+
+}  // namespace ddp::runtime

@@ -1,0 +1,407 @@
+#include "ddp_runtime/trainer.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/optim/sgd.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+
+#include "ddp_runtime/distributed_model.hpp"
+#include "ddp_runtime/mpi_bootstrap.hpp"
+#include "ddp_runtime/process_group.hpp"
+#include "ddp_runtime/sampler.hpp"
+#include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/stop_request.hpp"
+#include "ddp_runtime/workloads.hpp"
+#include "error.hpp"
+
+namespace ddp::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Seconds = std::chrono::duration<double>;
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// How long a stop request may wait for the ranks to agree on it, at most: the poll interval, in steps, is set
+// from rank 0's step time so that polls (one small all-reduce each) stay rare.
+constexpr double kStopPollSeconds = 0.5;
+constexpr int64_t kMaxStopPollSteps = 10000;
+
+// Lines of the training thread and of the snapshot writer thread never interleave.
+class Console {
+ public:
+  void line(const std::string& text) { write(stdout, text); }
+  void warn(const std::string& text) { write(stderr, "ddp-train: warning: " + text); }
+
+ private:
+  void write(FILE* stream, const std::string& text) {
+    const std::string line = text + "\n";
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::fwrite(line.data(), 1, line.size(), stream);
+    std::fflush(stream);
+  }
+  std::mutex mutex_;
+};
+
+std::string format(const char* pattern, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, pattern, value);
+  return text;
+}
+
+std::string duration_text(double seconds) {
+  const auto total = static_cast<long>(seconds + 0.5);
+  char text[32];
+  std::snprintf(text, sizeof text, "%ld:%02ld:%02ld", total / 3600, total / 60 % 60, total % 60);
+  return text;
+}
+
+std::string sizes_text(const at::Tensor& tensor) {
+  std::ostringstream text;
+  text << tensor.sizes();
+  return text.str();
+}
+
+NamedTensors model_state(torch::nn::Module& module) {
+  NamedTensors state;
+  for (const auto& item : module.named_parameters()) state.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_buffers()) state.emplace_back(item.key(), item.value());
+  return state;
+}
+
+// OpenMP and OpenBLAS size their thread pools from OMP_NUM_THREADS when they start. torchrun sets it to 1 when
+// it starts several processes per node and the user did not; without it, they would oversubscribe the cores.
+void limit_threads(const Launch& launch) {
+  if (launch.omp_num_threads || launch.local_world_size == 1) return;
+  at::set_num_threads(1);
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
+}
+
+std::shared_ptr<torch::nn::Module> on_device(torch::nn::AnyModule& model, c10::Device device) {
+  model.ptr()->to(device);
+  return model.ptr();
+}
+
+const at::Tensor* find_tensor(const NamedTensors& tensors, const std::string& name) {
+  for (const auto& [key, tensor] : tensors) {
+    if (key == name) return &tensor;
+  }
+  return nullptr;
+}
+
+void check_fits(const NamedTensors& model, const LoadedSnapshot& snapshot) {
+  const std::string fix = "; resume with the --workload and --width it was written with, or use another --snapshot-dir";
+  for (const auto& [name, tensor] : model) {
+    const at::Tensor* saved = find_tensor(snapshot.content.model_state, name);
+    if (saved == nullptr) throw Error("snapshot " + snapshot.path + " has no tensor '" + name + "' of the model" + fix);
+    if (saved->sizes() != tensor.sizes()) {
+      throw Error("snapshot " + snapshot.path + " does not fit the model: '" + name + "' is " + sizes_text(*saved) +
+                  " in the snapshot but " + sizes_text(tensor) + " in the model" + fix);
+    }
+  }
+  for (const auto& [name, tensor] : snapshot.content.model_state) {
+    if (find_tensor(model, name) == nullptr) {
+      throw Error("snapshot " + snapshot.path + " has a tensor '" + name + "' that the model does not have" + fix);
+    }
+  }
+}
+
+std::optional<LoadedSnapshot> find_start(const TrainOptions& options, const std::string& dir, Console& console) {
+  if (options.resume.empty()) {
+    return newest_valid_snapshot(dir, [&](const std::string& message) { console.warn(message); });
+  }
+  try {
+    return LoadedSnapshot{options.resume, read_snapshot(options.resume)};
+  } catch (const SnapshotCorrupt& e) {
+    throw Error(std::string("--resume: ") + e.what() + "; name a snapshot that ddp-train or the seed script wrote");
+  }
+}
+
+// Rank 0 opens the snapshot directory and picks the snapshot every rank starts from; a failure there stops every
+// rank with rank 0's message instead of leaving the others waiting in the first collective.
+std::optional<LoadedSnapshot> agree_on_start(const Distributed& dist, const TrainOptions& options,
+                                             std::unique_ptr<SnapshotStore>& store, Console& console) {
+  std::optional<LoadedSnapshot> loaded;
+  std::string decision;
+  if (dist.rank == 0) {
+    try {
+      store = std::make_unique<SnapshotStore>(options.snapshot_dir, options.keep);
+      loaded = find_start(options, store->dir(), console);
+      decision = "P" + (loaded ? loaded->path : std::string());
+    } catch (const Error& e) {
+      decision = std::string("E") + e.what();
+    }
+  }
+  decision = broadcast_string(dist, decision);
+  if (decision.front() == 'E') throw Error(decision.substr(1));
+  const std::string path = decision.substr(1);
+  if (path.empty() || loaded) return loaded;
+  try {
+    return LoadedSnapshot{path, read_snapshot(path)};
+  } catch (const SnapshotCorrupt& e) {
+    throw std::runtime_error("rank " + std::to_string(dist.rank) + " cannot read the snapshot rank 0 chose: " + e.what());
+  }
+}
+
+class Trainer {
+ public:
+  Trainer(const Distributed& dist, const TrainOptions& options, Workload& workload, SnapshotStore* store,
+          Console& console)
+      : dist_(dist),
+        options_(options),
+        workload_(workload),
+        module_(on_device(workload.model, dist.device)),
+        optimizer_(module_->parameters(), torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
+        sampler_(workload.data.size(), dist.world_size, dist.rank, true, options.seed),
+        store_(store),
+        console_(console) {
+    progress_.seed = options.seed;
+    progress_.world_size = dist.world_size;
+    progress_.batch_size = options.batch_size;
+  }
+
+  void restore(const LoadedSnapshot& snapshot);
+  int train();
+
+ private:
+  bool run_epoch(int64_t epoch);
+  void run_step(const at::Tensor& order, int64_t first_batch, int64_t batches);
+  bool stop_agreed(Seconds step_time);
+  void after_step(int64_t epoch, bool epoch_end);
+  SnapshotContent live_content();
+  std::string rank_label() const;
+  void finish();
+
+  const Distributed& dist_;
+  const TrainOptions& options_;
+  Workload& workload_;
+  std::shared_ptr<torch::nn::Module> module_;
+  torch::optim::SGD optimizer_;
+  DistributedSampler sampler_;
+  std::unique_ptr<DistributedModel> ddp_;
+  SnapshotStore* store_;  // rank 0 only
+  Console& console_;
+  TrainingProgress progress_;
+  Clock::time_point last_snapshot_ = Clock::now();
+  int64_t stop_poll_steps_ = 1;
+  Seconds poll_window_{0};
+  int64_t poll_window_steps_ = 0;
+  at::Tensor epoch_loss_;  // sum of the batches' mean losses, kept on the device until the epoch ends
+  int64_t epoch_batches_ = 0;
+  int64_t epoch_samples_ = 0;
+  int64_t run_samples_ = 0;
+};
+
+void Trainer::restore(const LoadedSnapshot& snapshot) {
+  const SnapshotContent& saved = snapshot.content;
+  check_fits(model_state(*module_), snapshot);
+  if (!saved.from_seed_script && saved.progress.seed != options_.seed) {
+    throw Error("snapshot " + snapshot.path + " was written with --seed " + std::to_string(saved.progress.seed) +
+                ", this run has --seed " + std::to_string(options_.seed) + "; pass --seed " +
+                std::to_string(saved.progress.seed) + " to resume it, or use another --snapshot-dir");
+  }
+  {
+    c10::NoGradGuard no_grad;
+    for (auto& [name, tensor] : model_state(*module_)) tensor.copy_(*find_tensor(saved.model_state, name));
+  }
+  const std::vector<at::Tensor> params = module_->parameters();
+  for (std::size_t i = 0; i < saved.momentum_buffers.size() && i < params.size(); ++i) {
+    if (saved.momentum_buffers[i].defined()) {
+      compat::set_sgd_momentum_buffer(optimizer_, params[i], saved.momentum_buffers[i].to(dist_.device).clone());
+    }
+  }
+  if (saved.rng_state.defined()) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(saved.rng_state);
+  }
+  progress_.epochs_run = saved.progress.epochs_run;
+  progress_.global_step = saved.progress.global_step;
+  progress_.batches_done = saved.progress.batches_done;
+  const bool same_layout = saved.progress.world_size == dist_.world_size && saved.progress.batch_size == options_.batch_size;
+  if (progress_.batches_done > 0 && !same_layout) {
+    console_.warn("snapshot " + snapshot.path + " stopped inside epoch " + std::to_string(progress_.epochs_run) +
+                  " with another world size or batch size; that epoch restarts from its first batch");
+    progress_.batches_done = 0;
+  }
+  if (dist_.rank == 0) {
+    console_.line("Resuming training from snapshot at Epoch " + std::to_string(progress_.epochs_run) + " (" +
+                  snapshot.path + ")");
+  }
+}
+
+std::string Trainer::rank_label() const {
+  return std::string(dist_.device.is_cuda() ? "[GPU" : "[CPU") + std::to_string(dist_.rank) + "]";
+}
+
+SnapshotContent Trainer::live_content() {
+  SnapshotContent content;
+  content.model_state = model_state(*module_);
+  for (const at::Tensor& param : module_->parameters()) {
+    content.momentum_buffers.push_back(compat::sgd_momentum_buffer(optimizer_, param));
+  }
+  content.lr = options_.lr;
+  content.momentum = options_.momentum;
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  content.rng_state = generator.get_state();
+  content.progress = progress_;
+  return content;
+}
+
+void Trainer::run_step(const at::Tensor& order, int64_t first_batch, int64_t batches) {
+  optimizer_.zero_grad();
+  const int64_t size = order.size(0);
+  for (int64_t b = 0; b < batches; ++b) {
+    const int64_t start = (first_batch + b) * options_.batch_size;
+    const at::Tensor indices = order.slice(0, start, std::min(start + options_.batch_size, size));
+    const at::Tensor input = workload_.data.inputs.index_select(0, indices).to(dist_.device);
+    const at::Tensor target = workload_.data.targets.index_select(0, indices).to(dist_.device);
+    // Gradient accumulation: only the step's last batch synchronises, as under DDP's no_sync().
+    std::optional<DistributedModel::NoSync> accumulate_only;
+    if (b + 1 < batches) accumulate_only.emplace(*ddp_);
+    const at::Tensor output = ddp_->forward([&] { return workload_.model.forward(input); });
+    const at::Tensor loss = compute_loss(workload_.loss, output, target);
+    epoch_loss_ = epoch_loss_.defined() ? epoch_loss_ + loss.detach() : loss.detach();
+    epoch_samples_ += indices.size(0);
+    ++epoch_batches_;
+    (batches > 1 ? loss / static_cast<double>(batches) : loss).backward();
+  }
+  optimizer_.step();
+}
+
+// All ranks must stop at the same step, or the ones still training would wait for the others forever.
+bool Trainer::stop_agreed(Seconds step_time) {
+  if (dist_.world_size == 1) return stop_requested();
+  poll_window_ += step_time;
+  ++poll_window_steps_;
+  if (progress_.global_step % stop_poll_steps_ != 0) return false;
+  const double mean_step = poll_window_.count() / static_cast<double>(poll_window_steps_);
+  const double proposal = std::clamp(kStopPollSeconds / std::max(mean_step, 1e-9), 1.0, double(kMaxStopPollSteps));
+  at::Tensor votes = at::tensor({stop_requested() ? 1.0 : 0.0, dist_.rank == 0 ? std::floor(proposal) : 0.0}, at::kDouble);
+  all_reduce_sum(dist_, votes);
+  stop_poll_steps_ = std::max<int64_t>(1, static_cast<int64_t>(votes[1].item<double>()));
+  poll_window_ = Seconds(0);
+  poll_window_steps_ = 0;
+  return votes[0].item<double>() > 0;
+}
+
+void Trainer::after_step(int64_t epoch, bool epoch_end) {
+  if (store_ == nullptr) return;
+  const bool epoch_due = epoch_end && options_.save_every > 0 && epoch % options_.save_every == 0;
+  const bool time_due = options_.snapshot_every_seconds > 0 &&
+                        Seconds(Clock::now() - last_snapshot_).count() >= options_.snapshot_every_seconds;
+  if (!epoch_due && !time_due) return;
+  last_snapshot_ = Clock::now();
+  const std::string where = epoch_end ? "Epoch " + std::to_string(epoch)
+                                      : "Epoch " + std::to_string(epoch) + " (batch " +
+                                            std::to_string(progress_.batches_done) + ")";
+  store_->save_async(live_content(), [this, where](const std::string& path) {
+    console_.line(where + " | Training snapshot saved at " + path);
+  });
+}
+
+bool Trainer::run_epoch(int64_t epoch) {
+  sampler_.set_epoch(epoch);
+  const std::vector<int64_t> indices = sampler_.indices();
+  const at::Tensor order = at::tensor(indices, at::kLong);
+  const auto batches = static_cast<int64_t>((indices.size() + options_.batch_size - 1) / options_.batch_size);
+  console_.line(rank_label() + " Epoch " + std::to_string(epoch) + " | Batchsize: " + std::to_string(options_.batch_size) +
+                " | Steps: " + std::to_string(batches));
+  const auto epoch_start = Clock::now();
+  epoch_loss_ = at::Tensor();
+  epoch_batches_ = 0;
+  epoch_samples_ = 0;
+  for (int64_t batch = progress_.batches_done; batch < batches;) {
+    const auto step_start = Clock::now();
+    const int64_t count = std::min<int64_t>(options_.accumulate, batches - batch);
+    run_step(order, batch, count);
+    batch += count;
+    ++progress_.global_step;
+    const bool epoch_end = batch == batches;
+    progress_.epochs_run = epoch_end ? epoch + 1 : epoch;
+    progress_.batches_done = epoch_end ? 0 : batch;
+    after_step(epoch, epoch_end);
+    if (stop_agreed(Clock::now() - step_start)) return false;
+  }
+  const double seconds = Seconds(Clock::now() - epoch_start).count();
+  run_samples_ += epoch_samples_ * dist_.world_size;
+  if (dist_.rank == 0 && epoch_samples_ > 0) {
+    const double rate = static_cast<double>(epoch_samples_ * dist_.world_size) / seconds;
+    const double loss = epoch_loss_.item<double>() / static_cast<double>(epoch_batches_);
+    console_.line("Epoch " + std::to_string(epoch) + " | Loss: " + format("%.6f", loss) + " | Samples/s: " +
+                  format("%.0f", rate) + " | ETA: " + duration_text(seconds * double(options_.total_epochs - epoch - 1)));
+  }
+  return true;
+}
+
+void Trainer::finish() {
+  if (store_ == nullptr) return;
+  store_->wait();
+  write_model_file(options_.output, model_state(*module_));
+  console_.line("Final model saved at " + options_.output);
+}
+
+int Trainer::train() {
+  const double cap = options_.bucket_cap_mb * 1024 * 1024;
+  ddp_ = std::make_unique<DistributedModel>(module_, dist_, DdpOptions{static_cast<int64_t>(cap),
+                                                                        std::min<int64_t>(int64_t(cap), 1024 * 1024)});
+  const auto start = Clock::now();
+  const int64_t first_epoch = progress_.epochs_run;
+  for (int64_t epoch = first_epoch; epoch < options_.total_epochs; ++epoch) {
+    if (run_epoch(epoch)) continue;
+    if (store_ != nullptr) {
+      console_.line("Epoch " + std::to_string(epoch) + " | Training snapshot saved at " + store_->save(live_content()));
+    }
+    at::Tensor done = at::zeros({1}, at::kDouble);
+    all_reduce_sum(dist_, done);  // no rank exits before rank 0's snapshot is durable
+    console_.line(rank_label() + " Stopped at epoch " + std::to_string(progress_.epochs_run) + ", batch " +
+                  std::to_string(progress_.batches_done) + " on request (SIGUSR2); run the same command to resume");
+    return kExitStopped;
+  }
+  const double seconds = Seconds(Clock::now() - start).count();
+  finish();
+  if (dist_.rank == 0 && run_samples_ > 0) {
+    console_.line("Trained " + std::to_string(options_.total_epochs - first_epoch) + " epochs (" +
+                  std::to_string(run_samples_) + " samples) in " + format("%.3f", seconds) +
+                  " s: " + format("%.0f", double(run_samples_) / seconds) + " samples/s");
+  }
+  if (store_ != nullptr && store_->async_saves() > 0) {
+    console_.line("Snapshots: " + std::to_string(store_->async_saves()) + " written in the background; training "
+                  "blocked " + format("%.3f", store_->blocked().count() * 1000) + " ms in total");
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string error_message(const std::exception& error) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
+  return torch_error != nullptr ? torch_error->what_without_backtrace() : error.what();
+}
+
+int run_training(const TrainOptions& options, const Launch& launch) {
+  limit_threads(launch);
+  install_stop_signal_handler();
+  const Distributed dist = init_distributed(launch, options.backend.value_or(launch.backend),
+                                            std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
+  Console console;
+  Workload workload = make_workload(options);
+  std::unique_ptr<SnapshotStore> store;
+  const std::optional<LoadedSnapshot> start = agree_on_start(dist, options, store, console);
+  Trainer trainer(dist, options, workload, store.get(), console);
+  if (start) trainer.restore(*start);
+  const int status = trainer.train();
+  finalize_mpi();
+  return status;
+}
+
+}  // namespace ddp::runtime
