@@ -98,6 +98,7 @@ std::vector<CheckResult> node_leader_checks(const DoctorRun& run) {
   const NodeCheckRequest request = node_request(run);
   std::vector<CheckResult> results = run_node_checks(request);
   append(results, gpu_driver_checks(run));
+  if (run.topology_checks) append(results, run.topology_checks(run.env));
   if (passed(results, "storage.dir")) results.push_back(write_bandwidth(run, request.snapshot_dir));
   if (run.options.data_dir) append(results, data_dir_checks(*run.options.data_dir));
   return results;

@@ -19,6 +19,8 @@ struct DoctorRun {
   EnvLookup env;
   std::string host;
   std::vector<AllreduceBackend*> backends;
+  // The topology binding's checks (ddp_doctor_topology: hwloc), run by each node's leader; may be empty.
+  std::function<std::vector<CheckResult>(const EnvLookup&)> topology_checks;
   std::function<void(const std::string&)> progress;  // long steps, rank 0 only
 };
 

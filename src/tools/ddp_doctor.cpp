@@ -10,6 +10,7 @@
 #include "doctor/gloo_allreduce.hpp"
 #include "doctor/session.hpp"
 #include "doctor/tcp_transport.hpp"
+#include "doctor/topology_check.hpp"
 #include "error.hpp"
 #ifdef DDP_DOCTOR_HAVE_MPI
 #include "doctor/mpi_transport.hpp"
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
   }
   run.host = this_host();
   run.progress = [](const std::string& step) { std::cerr << "ddp-doctor: " << step << std::endl; };
+  run.topology_checks = topology_checks;
   const auto gloo = make_gloo_backend();
   run.backends.push_back(gloo.get());
 #ifdef DDP_DOCTOR_HAVE_NCCL
