@@ -22,8 +22,13 @@
 //    blocks of core order. Only with fewer cores than tasks do CPUs of one core go to different tasks, and only
 //    with fewer CPUs than tasks do tasks share CPUs. When Slurm gave the step none of a GPU's local cores, its
 //    tasks take from all of the step's cores. Tasks without a GPU split all of the step's cores the same way.
+//    Where one GPU's local cores contain others' (a GPU local to the whole machine beside GPUs local to
+//    sockets), the narrower ones are served first but leave the wider one's tasks their share.
 //  * NIC and HCA: the GPU's closest (see Closeness), from NodeHardware; a task without GPU gets the ones
 //    closest to the NUMA node of its first CPU. A node without NVIDIA GPUs gets CPU binding and a NIC, no error.
+//    The socket interface actually exported is chosen on the running system (netif.hpp).
+//  * Slurm's --gpu-bind gives each task its own SLURM_STEP_GPUS; tasks then plan from different inputs and
+//    their plans need not agree. --ddp-bind=closest replaces --gpu-bind; do not combine them.
 #include <sys/types.h>
 
 #include <optional>

@@ -29,7 +29,7 @@ struct Gpu {
   std::string model;               // the PCI database name, e.g. "GA100 [A100 SXM4 40GB]"; may be empty
   unsigned device_number = 0;      // N of /dev/nvidiaN, which Slurm's gres/gpu lists in SLURM_STEP_GPUS
   size_t locality = 0;             // into NodeHardware::localities: the CPUs nearest to the GPU
-  std::vector<Closeness> to_gpu;   // per NodeHardware::gpus
+  std::vector<Closeness> to_gpu;   // per NodeHardware::gpus (to itself: PIX)
   std::vector<Closeness> to_net;   // per NodeHardware::nets
   std::vector<Closeness> to_rdma;  // per NodeHardware::rdma
   std::optional<DeviceIndex> nic;  // the closest network interface, spread over equally close ones

@@ -124,6 +124,16 @@ TEST(Network, RoutesTheLoopbackAddressThroughLo) {
   EXPECT_EQ(choose_socket_interface(view, std::nullopt, std::string("lo"), true).name, "lo");
 }
 
+TEST(Network, RoutesIpv6LoopbackThroughLo) {
+  const auto interfaces = list_interfaces();
+  const bool has_ipv6_loopback = std::any_of(interfaces.begin(), interfaces.end(), [](const Interface& i) {
+    return i.loopback && std::any_of(i.addresses.begin(), i.addresses.end(),
+                                     [](const IpAddress& a) { return a.family == AF_INET6; });
+  });
+  if (!has_ipv6_loopback) GTEST_SKIP() << "IPv6 is off on this machine";
+  EXPECT_EQ(read_network("::1").route, "lo");
+}
+
 TEST(Network, RejectsANonNumericMasterAddress) {
   const std::string message = error_of([] { read_network("node-does-not-exist"); });
   EXPECT_NE(message.find("'node-does-not-exist' is not a numeric"), std::string::npos) << message;
