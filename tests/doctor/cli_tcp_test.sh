@@ -42,9 +42,9 @@ for rank in (0, 2):
     assert row('storage.write_bw', rank)['value'].endswith('MB/s')
 assert rows('storage.dir', 1) == [] and rows('storage.shared', 1) == [] and rows('clock.offset', 1) == []
 assert row('gpu.visible', 1)['status'] == 'OK'
-# The ring of node leaders: 0 -> 2 and 2 -> 0.
+# The ring of node leaders: 0 -> 2 and 2 -> 0. Figures depend on the machine's load: printed, not asserted.
 links = rows('net.p2p_bw')
-assert [(r['rank'], r['status']) for r in links] == [(0, 'OK'), (2, 'OK')], links
+assert [r['rank'] for r in links] == [0, 2] and all(r['status'] in ('OK', 'WARN') for r in links), links
 assert links[0]['value'].endswith('to rank 2 (' + links[1]['host'] + ')')
 assert len(rows('net.p2p_rtt')) == 2
 busbw = rows('allreduce.gloo')
