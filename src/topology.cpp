@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <tuple>
 
 #include "error.hpp"
+#include "id_list.hpp"
 #include "parse.hpp"
 
 namespace ddp {
@@ -45,11 +47,13 @@ TopologyPtr load_topology(const std::optional<std::string>& xml_path) {
   for (const char* component : kUnwantedComponents) {
     hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, component);
   }
+  errno = 0;
   if (xml_path && !std::ifstream(*xml_path)) {
     throw Error("topology file " + quote(*xml_path) + " cannot be read: " + system_error_text() +
                 "; write one with 'lstopo-no-graphics --of xml FILE' on the node");
   }
   // hwloc parses an XML file already when it is named, and the rest of the topology when loading.
+  errno = 0;
   if ((xml_path && hwloc_topology_set_xml(raw, xml_path->c_str()) != 0) || hwloc_topology_load(raw) != 0) {
     if (!xml_path) throw Error("hwloc cannot read this system's topology: " + system_error_text());
     throw Error("hwloc cannot read topology file " + quote(*xml_path) + ": " + system_error_text() +
@@ -61,7 +65,9 @@ TopologyPtr load_topology(const std::optional<std::string>& xml_path) {
 std::vector<unsigned> bitmap_ids(hwloc_const_bitmap_t bitmap) {
   std::vector<unsigned> ids;
   if (bitmap == nullptr) return ids;
-  for (int id = hwloc_bitmap_first(bitmap); id >= 0; id = hwloc_bitmap_next(bitmap, id)) {
+  // A corrupt XML file can hold an infinite set; no machine has CPUs beyond what a CPU list may name.
+  for (int id = hwloc_bitmap_first(bitmap); id >= 0 && id <= static_cast<int>(kMaxListedId);
+       id = hwloc_bitmap_next(bitmap, id)) {
     ids.push_back(static_cast<unsigned>(id));
   }
   return ids;
