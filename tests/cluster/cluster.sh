@@ -3,7 +3,10 @@
 # network, UTS and mount namespace so that every node looks like a separate host. Needs root.
 #
 #   cluster.sh up [--nodes N] [--plugin /path/ddp.so] [--plugstack-args "k=v ..."]
-#   cluster.sh down                      stop everything, remove every trace (also when nothing is up)
+#                                        clear leftovers, start, wait until every node is idle; waits first
+#                                        while another running ctest owns the cluster (DDP_CLUSTER_WAIT s)
+#   cluster.sh down [--force]            stop everything, remove every trace (also when nothing is up); a
+#                                        cluster another running ctest brought up is left alone unless --force
 #   cluster.sh env                       `export VAR=value` lines for tests: eval "$(cluster.sh env)"
 #   cluster.sh exec [--root] [--cwd DIR] CMD...
 #                                        CMD (srun, sbatch, squeue, scontrol...) against the cluster, as
@@ -24,7 +27,8 @@
 #   $DIR/shared    one directory seen by every node and the host (mode 1777).
 #   $DIR/local     node-private: a tmpfs mounted at this same path in each node's mount namespace; its file
 #                  .node names the node. On the host the path is an empty directory of its own.
-#   $DIR/etc       slurm.conf, mpi.conf, plugstack.conf; $DIR/log: slurmctld.log, slurmd-nodeK.log,
+#   $DIR/etc       slurm.conf, mpi.conf, plugstack.conf (`up --plugin P` writes "required P ARGS"; P is a
+#                  copy under $DIR/etc when the job user cannot read P; `env` gives it as DDP_CLUSTER_PLUGIN); $DIR/log: slurmctld.log, slurmd-nodeK.log,
 #                  munged.log, jobcomp.log.
 #   Ports          slurmctld 16817, slurmd 16818 (not Slurm's 6817/6818), MpiParams ports 12000-12999 (below
 #                  the kernel's ephemeral range).
@@ -47,10 +51,11 @@
 # - `-N2 -n4` places 3+1 tasks (block over 4 claimed CPUs per node): ask for --ntasks-per-node=2.
 # - munged logs "Unauthorized credential for client UID=0" and "Replayed credential" at each step; harmless.
 set -Eeuo pipefail
-# A command failing under set -e would otherwise end the script without a word.
 # DDP_CLUSTER_TRACE=1: every command with a timestamp, to see where a slow or failing bring-up spends its time.
 if [ -n "${DDP_CLUSTER_TRACE:-}" ]; then PS4='+ ${EPOCHREALTIME} ${FUNCNAME[0]:-main}: '; set -x; fi
-trap 'say "error: line $LINENO: \"$BASH_COMMAND\" failed (exit $?)"' ERR
+# A command failing under set -e would otherwise end the script without a word (a function's `return 1` has
+# said why itself, e.g. wait_for's time-out).
+trap 'case $BASH_COMMAND in return*) ;; *) say "error: line $LINENO: \"$BASH_COMMAND\" failed (exit $?)" ;; esac' ERR
 
 readonly DIR=${DDP_CLUSTER_DIR:-/tmp/ddp-cluster}
 readonly CLUSTER_USER=${DDP_CLUSTER_USER:-ddpuser}
@@ -100,6 +105,37 @@ daemon() { "$@" 9>&-; }
 lock() {
   exec 9>"$LOCK"
   flock -w 120 9 || die "another cluster.sh holds $LOCK for over 120 s; is a test run still going?"
+}
+
+# Several people may run ctest on one machine, and there is one cluster per machine. The ctest run whose fixture
+# brought the cluster up owns it (its pid in $DIR/owner); another ctest waits for it instead of tearing it down
+# under its tests. A person's shell never owns it, and a dead owner's cluster is a leftover, cleared as usual.
+owner_pid() { cat "$DIR/owner" 2>/dev/null || true; }
+
+owned_by_other_ctest() {
+  local pid
+  pid=$(owner_pid)
+  [ -n "$pid" ] && [ "$pid" != "$PPID" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = ctest ]
+}
+
+owner_gone() { ! owned_by_other_ctest; }
+
+# Takes the lock once no other ctest run owns the cluster.
+lock_unowned() {
+  local limit=${DDP_CLUSTER_WAIT:-900}
+  while :; do
+    if owned_by_other_ctest; then
+      say "the cluster is in use by ctest pid $(owner_pid) ($(tr '\0' ' ' </proc/"$(owner_pid)"/cmdline 2>/dev/null)); waiting up to $limit s (DDP_CLUSTER_WAIT)"
+      wait_for "$limit" "ctest pid $(owner_pid) to finish with the cluster" owner_gone
+    fi
+    lock
+    owned_by_other_ctest || return 0
+    flock -u 9
+  done
+}
+
+record_owner() {
+  [ "$(cat "/proc/$PPID/comm" 2>/dev/null)" != ctest ] || echo "$PPID" >"$DIR/owner"
 }
 
 # ---------------------------------------------------------------------------------------------------- teardown
@@ -230,8 +266,12 @@ leftovers() {
 cmd_down() {
   need_root
   check_dir_is_ours
-  lock
   local t0=$EPOCHREALTIME left
+  if [ "${1:-}" != --force ] && owned_by_other_ctest; then
+    say "left up: ctest pid $(owner_pid) is using it and its fixture will take it down; cluster.sh down --force takes it down now"
+    return 0
+  fi
+  lock
   teardown
   left=$(leftovers)
   [ -z "$left" ] || die "teardown left:$left"
@@ -242,6 +282,8 @@ cmd_down() {
 
 check_subnet_free() {
   local net=$1 clash
+  [[ $net =~ ^([0-9]{1,3}\.){2}[0-9]{1,3}$ ]] ||
+    die "subnet prefix '$net' (DDP_CLUSTER_NET0/NET1): give the first three octets of a /24, e.g. 10.77.0"
   clash=$(ip -4 route show match "$net.1" 2>/dev/null | grep -v '^default' || true)
   [ -z "$clash" ] || die "subnet $net.0/24 is already routed here ($clash); set DDP_CLUSTER_NET0/NET1 to free /24 prefixes, e.g. DDP_CLUSTER_NET0=10.177.0"
 }
@@ -308,8 +350,6 @@ add_node_nic() {  # NODE_INDEX IFINDEX(0|1) BRIDGE PREFIX
 
 setup_network() {
   local k
-  check_subnet_free "$NET0"
-  check_subnet_free "$NET1"
   add_bridge "$BRIDGE0" "$NET0" yes
   add_bridge "$BRIDGE1" "$NET1" no
   for k in $(seq "$NODES"); do
@@ -417,8 +457,6 @@ write_plugstack() {
 # Prints the path plugstack.conf should name: PATH itself, or a copy the job user can read.
 plugin_for_user() {
   local p=$1
-  case $p in /*) ;; *) die "--plugin $p: give an absolute path (slurmstepd resolves it on every node)" ;; esac
-  [ -f "$p" ] || die "--plugin $p: no such file; build it first (cmake --build build --target ddp_spank)"
   # srun loads the plugin as the job user: a build tree under a private home would make every srun fail.
   if as_user test -r "$p"; then
     echo "$p"
@@ -493,16 +531,24 @@ cmd_up() {
     die "--nodes $NODES: give a number from 1 to 64"
   fi
   [ -z "$pargs" ] || [ -n "$plugin" ] || die "--plugstack-args needs --plugin PATH"
+  if [ -n "$plugin" ]; then
+    case $plugin in /*) ;; *) die "--plugin $plugin: give an absolute path (slurmstepd resolves it on every node)" ;; esac
+    [ -f "$plugin" ] || die "--plugin $plugin: no such file; build it first (cmake --build build --target ddp_spank)"
+  fi
   need_root
   need_tools
   check_dir_is_ours
-  lock
+  lock_unowned
   teardown
+  check_subnet_free "$NET0"
+  check_subnet_free "$NET1"
   trap on_up_exit EXIT
   ensure_user
   make_dirs
+  record_owner
   if [ -n "$plugin" ]; then
     plugin=$(plugin_for_user "$plugin")
+    echo "$plugin" >"$DIR/etc/plugin"
     write_plugstack "required $plugin${pargs:+ $pargs}"
   fi
   start_munge
@@ -529,6 +575,7 @@ cmd_env() {
     DDP_CLUSTER_SHARED "$SHARED" \
     DDP_CLUSTER_LOCAL "$LOCAL" \
     DDP_CLUSTER_PLUGSTACK "$DIR/etc/plugstack.conf" \
+    DDP_CLUSTER_PLUGIN "$(cat "$DIR/etc/plugin" 2>/dev/null || true)" \
     DDP_CLUSTER_LOGS "$LOG" \
     DDP_CLUSTER_USER "$CLUSTER_USER" \
     DDP_CLUSTER_NNODES "$nodes" \
@@ -551,7 +598,8 @@ cmd_exec() {
     esac
   done
   [ $# -gt 0 ] || die "exec: no command; usage: cluster.sh exec [--root] [--cwd DIR] CMD..."
-  cd "$cwd" || die "exec: --cwd $cwd: no such directory"
+  [ -d "$cwd" ] || die "exec: --cwd $cwd: no such directory"
+  cd "$cwd"
   # exec: the command's exit status is the caller's to judge, not an error of this script.
   if [ "$root" = 1 ]; then
     exec env -i PATH="$SAFE_PATH" LANG=C.UTF-8 SLURM_CONF="$CONF" HOME=/root USER=root LOGNAME=root "$@"
@@ -584,7 +632,7 @@ main() {
   shift || true
   case $cmd in
     up) cmd_up "$@" ;;
-    down) cmd_down ;;
+    down) cmd_down "$@" ;;
     env) cmd_env ;;
     exec) cmd_exec "$@" ;;
     node) cmd_node "$@" ;;

@@ -9,7 +9,8 @@
 #
 # After sourcing: the variables of `cluster.sh env` (SLURM_CONF, DDP_CLUSTER_SHARED, DDP_CLUSTER_LOCAL, ...),
 # TEST_NAME, and TEST_DIR, a fresh directory in the shared storage owned by the job user, removed at exit.
-# DDP_PLUGIN is the plugin's path when CTest knows it (empty otherwise). Any test that rewrites plugstack.conf
+# DDP_PLUGIN is the plugin's path when CTest knows it (empty otherwise); DDP_CLUSTER_PLUGIN is the path the
+# cluster loads it from (the same, or a copy the job user can read): use that one in plugstack lines. Any test that rewrites plugstack.conf
 # through set_plugstack gets the original back at exit, also on failure.
 # shellcheck shell=bash
 

@@ -45,9 +45,28 @@ check_interfaces() {
     "route from node2 to node1"
   assert_match "$(run_on_cluster srun -N1 -w node2 ip route get "$DDP_CLUSTER_NET1.1")" " dev eth1 " \
     "route from node2 to node1's second address"
-  # A TCP connection over the second network, to node1's slurmd (it listens on every address).
-  run_on_cluster srun -N1 -w node2 timeout 5 bash -c "exec 3<>/dev/tcp/$DDP_CLUSTER_NET1.1/16818" ||
-    fail "node2 cannot connect to node1 over the second network"
+  # A TCP exchange over the second network between the two tasks of one step.
+  cat >"$TEST_DIR/eth1_pingpong.py" <<PY
+import os, socket, time
+addr = ("$DDP_CLUSTER_NET1.1", int(os.environ["SLURM_STEP_RESV_PORTS"].split("-")[0]))
+if os.environ["SLURM_PROCID"] == "0":
+    with socket.create_server(addr) as srv:
+        srv.settimeout(30)
+        conn, peer = srv.accept()
+        conn.sendall(b"pong from " + socket.gethostname().encode())
+        print("server saw", peer[0])
+else:
+    for _ in range(200):
+        try:
+            c = socket.create_connection(addr, timeout=5)
+            break
+        except OSError:
+            time.sleep(0.1)
+    print("client got", c.recv(100).decode(), "via", c.getsockname()[0])
+PY
+  assert_eq "client got pong from node1 via $DDP_CLUSTER_NET1.2"$'\n'"server saw $DDP_CLUSTER_NET1.2" \
+    "$(run_on_cluster timeout 60 srun -N2 -n2 python3 "$TEST_DIR/eth1_pingpong.py" | sort)" \
+    "TCP between node2 and node1 over eth1"
 }
 
 check_reserved_ports() {
@@ -76,11 +95,15 @@ EOF
 
 # The plugin is loaded when CTest knows one, and plugstack.conf is read again by the next step.
 check_plugstack() {
-  [ -n "$DDP_PLUGIN" ] || { echo "no DDP_PLUGIN: plugin checks left out"; return 0; }
+  if [ -z "$DDP_CLUSTER_PLUGIN" ]; then
+    [ -z "$DDP_PLUGIN" ] || fail "CTest built $DDP_PLUGIN but the cluster runs without a plugin"
+    echo "no plugin: plugstack checks left out"
+    return 0
+  fi
   assert_contains "$(run_on_cluster srun --help 2>&1)" "--ddp" "srun --help with the plugin"
   set_plugstack
   assert_not_contains "$(run_on_cluster srun --help 2>&1)" "--ddp" "srun --help with an empty plugstack.conf"
-  set_plugstack "required $DDP_PLUGIN"
+  set_plugstack "required $DDP_CLUSTER_PLUGIN"
   assert_contains "$(run_on_cluster srun --help 2>&1)" "--ddp" "srun --help with the plugin back"
 }
 
