@@ -483,10 +483,27 @@ start_slurm() {
   wait_for 30 "all $NODES nodes idle" all_idle
 }
 
-ctld_up() { slurm_env scontrol ping 2>/dev/null | grep -q 'is UP'; }
+# The wait conditions stop at once when a daemon has died, rather than wait out their limit.
+ctld_running() {
+  local pid
+  for pid in $(pids_named slurmctld); do
+    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF "$CONF" && return 0
+  done
+  return 1
+}
+
+ctld_up() {
+  ctld_running ||
+    die "slurmctld exited: $(grep -E 'fatal|error' "$LOG/slurmctld.log" | tail -n 1)"
+  slurm_env scontrol ping 2>/dev/null | grep -q 'is UP'
+}
 
 all_idle() {
-  local states
+  local states k
+  for k in $(seq "$NODES"); do
+    [ -n "$(ip netns pids "$NETNS_PREFIX$k")" ] ||
+      die "slurmd on node$k exited: $(grep -E 'fatal|error' "$LOG/slurmd-node$k.log" | tail -n 1)"
+  done
   states=$(slurm_env sinfo -h -N -o '%t' 2>/dev/null | sort | uniq -c | awk '{print $2"="$1}' | tr '\n' ' ')
   [ "$states" = "idle=$NODES " ]
 }
