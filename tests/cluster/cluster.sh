@@ -22,14 +22,17 @@
 #   eth0           10.77.0.K/24 on node K, bridge ddpbr0; the host (slurmctld, srun) is 10.77.0.254, ddp-head.
 #                  Node names resolve to these addresses, so MASTER_ADDR=node1 is reached through eth0.
 #   eth1           10.78.0.K/24 on node K, bridge ddpbr1, which the host has no address on: a second NIC
-#                  that reaches the other nodes but not the master's name, for NIC selection tests.
+#                  that reaches the other nodes' eth1 addresses, while node names resolve to eth0 addresses
+#                  (NIC selection tests: the interface that reaches MASTER_ADDR is eth0).
 #                  Host-side veth ends are ddpvKe0 / ddpvKe1; network namespaces ddp-nodeK (`ip netns`).
 #   $DIR/shared    one directory seen by every node and the host (mode 1777).
 #   $DIR/local     node-private: a tmpfs mounted at this same path in each node's mount namespace; its file
 #                  .node names the node. On the host the path is an empty directory of its own.
 #   $DIR/etc       slurm.conf, mpi.conf, plugstack.conf (`up --plugin P` writes "required P ARGS"; P is a
-#                  copy under $DIR/etc when the job user cannot read P; `env` gives it as DDP_CLUSTER_PLUGIN); $DIR/log: slurmctld.log, slurmd-nodeK.log,
-#                  munged.log, jobcomp.log.
+#                  copy under $DIR/etc when the job user cannot read P; `env` gives it as DDP_CLUSTER_PLUGIN).
+#   $DIR/log       slurmctld.log, slurmd-nodeK.log, munged.log, jobcomp.log (one line per finished job).
+#   Tracing        DDP_CLUSTER_TRACE=1 traces every command with a timestamp; DDP_CLUSTER_KEEP_ON_FAILURE=1
+#                  leaves a failed bring-up in place for inspection.
 #   Ports          slurmctld 16817, slurmd 16818 (not Slurm's 6817/6818), MpiParams ports 12000-12999 (below
 #                  the kernel's ephemeral range).
 #   User           jobs run as $DDP_CLUSTER_USER (default ddpuser, created if missing).
@@ -232,14 +235,17 @@ remove_hosts_lines() {
   rm -f "$tmp"
 }
 
+# Mount points at or below $DIR, deepest first (a fixed-string match: $DIR may hold regex characters).
+mounts_under_dir() {
+  findmnt -rn -o TARGET | awk -v d="$DIR" '$0 == d || index($0, d "/") == 1' | sort -r
+}
+
 unmount_state() {
   local m
-  for m in $(findmnt -rn -o TARGET | grep -E "^$DIR(/|$)" | sort -r || true); do
+  for m in $(mounts_under_dir); do
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || say "warning: cannot unmount $m"
   done
-  if findmnt -rn -o TARGET | grep -qE "^$DIR(/|$)"; then
-    die "mounts remain under $DIR (see findmnt); not deleting it"
-  fi
+  [ -z "$(mounts_under_dir)" ] || die "mounts remain under $DIR (see findmnt); not deleting it"
 }
 
 teardown() {
