@@ -105,8 +105,7 @@ CheckResult check_visible_gpus(size_t node_gpus, const std::optional<std::string
   const VisibleGpus visible = parse_visible_devices(cuda_visible_devices);
   const std::string shown = cuda_visible_devices ? "CUDA_VISIBLE_DEVICES=" + quote(*cuda_visible_devices)
                                                  : "CUDA_VISIBLE_DEVICES unset";
-  const std::string threshold = needs_gpu ? ">= 1 usable, indices < " + std::to_string(node_gpus)
-                                          : "indices < " + std::to_string(node_gpus);
+  const std::string threshold = needs_gpu ? ">= 1 usable, all exist" : "all exist";
   for (const auto& entry : visible.entries) {
     const auto index = parse_uint(entry, 1u << 16);
     if (index && *index >= node_gpus) {

@@ -176,7 +176,7 @@ CheckResult check_link_speed(const InterfaceInfo& info, double min_gbps) {
   const std::string check = "net.link_speed";
   if (!info.exists || !info.up) return skipped(check, "interface " + quote(info.name) + " is not usable");
   if (!info.speed_mbps) {
-    return skipped(check, info.name + " reports no link speed (a virtual interface); net.p2p measures what it carries");
+    return skipped(check, info.name + " reports no link speed (a virtual interface); net.p2p_bw measures what it carries");
   }
   const double gbps = static_cast<double>(*info.speed_mbps) / 1000;
   const std::string threshold = ">= " + format_fixed(min_gbps, min_gbps == static_cast<long>(min_gbps) ? 0 : 1) +

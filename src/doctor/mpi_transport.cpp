@@ -32,7 +32,6 @@ class MpiTransport : public Transport {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     rank_ = rank;
-    world_size_ = size;
     for (int member = 0; member < size; ++member) members_.push_back(member);
   }
   ~MpiTransport() override {
@@ -42,7 +41,6 @@ class MpiTransport : public Transport {
   }
 
   int rank() const override { return rank_; }
-  int world_size() const override { return world_size_; }
   const std::vector<int>& members() const override { return members_; }
   std::string describe() const override { return "mpi"; }
 
@@ -83,7 +81,6 @@ class MpiTransport : public Transport {
 
  private:
   int rank_ = 0;
-  int world_size_ = 1;
   std::vector<int> members_;
   bool lost_peer_ = false;
 };

@@ -64,12 +64,18 @@ bool passed(const std::vector<CheckResult>& results, const std::string& check) {
   return false;
 }
 
+std::chrono::milliseconds write_budget(const DoctorRun& run) { return std::chrono::seconds(run.options.quick ? 3 : 20); }
+
+// How long a rank may wait for the others' local checks: the disk write, plus NVML, hwloc and name lookups.
+std::chrono::milliseconds local_checks_budget(const DoctorRun& run) {
+  return write_budget(run) + std::chrono::seconds(30);
+}
+
 CheckResult write_bandwidth(const DoctorRun& run, const std::string& dir) {
   const uint64_t bytes = run.options.quick ? 16u << 20 : 256u << 20;
-  const auto budget = std::chrono::seconds(run.options.quick ? 3 : 20);
   report_progress(run, "writing up to " + format_bytes(bytes) + " with fsync to " + dir);
   try {
-    return grade_write_bandwidth(measure_write(dir, bytes, budget), run.options.thresholds.min_disk_mbps);
+    return grade_write_bandwidth(measure_write(dir, bytes, write_budget(run)), run.options.thresholds.min_disk_mbps);
   } catch (const std::exception& e) {
     return make_result("storage.write_bw", Status::Fail, "failed", "", e.what());
   }
@@ -151,7 +157,7 @@ std::vector<CheckResult> cross_checks(Transport& transport, const DoctorRun& run
   me.storage_ok = passed(mine, "storage.dir");
   if (passed(network.results, "net.interface")) me.data_address = network.info.addresses.front();
   const Socket listener = open_link_listener(run, me);
-  const std::vector<Peer> peers = exchange_peers(transport, me, Deadline::after(timeout));
+  const std::vector<Peer> peers = exchange_peers(transport, me, Deadline::after(timeout + local_checks_budget(run)));
 
   std::vector<CheckResult> found;
   if (transport.rank() == 0) {

@@ -21,7 +21,6 @@ class TcpTransport : public Transport {
       : settings_(settings), peers_(std::move(peers)), members_(std::move(members)) {}
 
   int rank() const override { return settings_.rank; }
-  int world_size() const override { return settings_.world_size; }
   const std::vector<int>& members() const override { return members_; }
   std::string describe() const override { return "tcp " + host_port(settings_.master_addr, settings_.master_port); }
 

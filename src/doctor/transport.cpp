@@ -6,7 +6,6 @@ namespace {
 class SoloTransport : public Transport {
  public:
   int rank() const override { return 0; }
-  int world_size() const override { return 1; }
   const std::vector<int>& members() const override { return members_; }
   std::string describe() const override { return "single"; }
   void send(int peer, std::string_view, Deadline) override { no_peer(peer); }

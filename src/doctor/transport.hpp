@@ -16,7 +16,6 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual int rank() const = 0;
-  virtual int world_size() const = 0;
   // The ranks taking part, ascending, rank 0 first. Over TCP, ranks that never connected are not members.
   virtual const std::vector<int>& members() const = 0;
   // For the report: "tcp 10.0.0.1:29500", "mpi", "single".
