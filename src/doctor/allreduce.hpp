@@ -68,7 +68,7 @@ std::vector<CheckResult> grade_allreduce(const std::string& backend, const std::
                                          int ranks, const std::vector<std::vector<std::string>>& wrong_on);
 
 // Collective over all members: runs `backend` when every member can, else rank 0 reports a SKIP with the
-// reasons. Rank 0 returns the whole-run results; the others return nothing.
+// reasons. Rank 0 returns the whole-run results; the others return nothing. `progress` may be empty.
 std::vector<CheckResult> check_allreduce(Transport& transport, AllreduceBackend& backend,
                                          const CollectiveSetup& setup, const std::vector<AllreduceSize>& sizes,
                                          const std::function<void(const std::string&)>& progress);

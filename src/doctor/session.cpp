@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "doctor/clock.hpp"
 #include "doctor/cpu.hpp"
@@ -115,18 +116,16 @@ bool is_loopback(const std::string& ip) { return ip.rfind("127.", 0) == 0 || ip 
 // Rank 0 checks that MASTER_ADDR is its own node and that every node can use it.
 std::vector<CheckResult> rendezvous_check(const std::string& master_ip, const std::vector<Peer>& peers) {
   if (master_ip.empty()) return {skipped("net.rendezvous", "MASTER_ADDR is unknown or does not resolve")};
-  size_t hosts = 0;
-  for (size_t i = 0; i < peers.size(); ++i) {
-    bool seen = false;
-    for (size_t j = 0; j < i; ++j) seen = seen || peers[j].host == peers[i].host;
-    hosts += seen ? 0 : 1;
-  }
+  std::set<std::string> host_names;
+  for (const auto& peer : peers) host_names.insert(peer.host);
+  const size_t hosts = host_names.size();
   if (is_loopback(master_ip) && hosts > 1) {
     return {make_result("net.rendezvous", Status::Fail, master_ip, "rank 0's routable address",
                         "MASTER_ADDR resolves to a loopback address but the ranks run on " + std::to_string(hosts) +
                             " hosts: fix the hostname's line in /etc/hosts (Debian maps it to 127.0.1.1) or DNS")};
   }
-  if (!is_local_address(master_ip)) {
+  // Every 127.x address is this node's, though only 127.0.0.1 is listed on lo.
+  if (!is_loopback(master_ip) && !is_local_address(master_ip)) {
     return {make_result("net.rendezvous", Status::Warn, master_ip, "an address of rank 0's node",
                         "MASTER_ADDR is not an address of rank 0's node: PyTorch's store listens on rank 0, so the "
                         "others reach it only through forwarding; srun --ddp sets it to the step's first node")};
@@ -169,8 +168,9 @@ std::vector<CheckResult> cross_checks(Transport& transport, const DoctorRun& run
                                       run.options.thresholds.fail_clock_s, timeout));
   report_progress(run, "shared snapshot directory");
   append(mine, check_shared_dir(transport, peers, snapshot_dir_of(run), timeout));
+  const auto progress = transport.rank() == 0 ? run.progress : nullptr;
   LinkSettings links{link_test_size(run.options.quick), run.options.thresholds.min_net_gbps,
-                     run.options.thresholds.max_rtt_us, timeout, run.progress};
+                     run.options.thresholds.max_rtt_us, timeout, progress};
   append(found, check_links(transport, peers, listener, links));
   CollectiveSetup setup;
   setup.member_index = static_cast<int>(
@@ -179,7 +179,7 @@ std::vector<CheckResult> cross_checks(Transport& transport, const DoctorRun& run
   setup.local_rank = run.launch.local_rank;
   setup.timeout = timeout;
   for (AllreduceBackend* backend : run.backends) {
-    append(found, check_allreduce(transport, *backend, setup, allreduce_sizes(run.options.quick), run.progress));
+    append(found, check_allreduce(transport, *backend, setup, allreduce_sizes(run.options.quick), progress));
   }
   return found;
 }
