@@ -106,7 +106,8 @@ uint64_t guess_snapshot_bytes(const std::string& dir) {
   timespec newest{0, 0};
   while (const dirent* entry = readdir(listing)) {
     const std::string name = entry->d_name;
-    if (name == "." || name == ".." || name.rfind(kDoctorFilePrefix, 0) == 0) continue;
+    // Hidden files are markers and temporaries (ours among them), not snapshots.
+    if (name[0] == '.') continue;
     struct stat info {};
     if (fstatat(dirfd(listing), entry->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(info.st_mode)) continue;
     const bool newer = info.st_mtim.tv_sec > newest.tv_sec ||

@@ -14,7 +14,7 @@ inline constexpr uint64_t kDefaultSnapshotBytes = 1ull << 30;
 // storage.dir: exists, is a directory, and a file can be created in it as the calling user.
 CheckResult check_snapshot_dir(const std::string& dir);
 
-// The size of the newest regular file in `dir` (the last snapshot), else kDefaultSnapshotBytes.
+// The size of the newest regular, non-hidden file in `dir` (the last snapshot), else kDefaultSnapshotBytes.
 uint64_t guess_snapshot_bytes(const std::string& dir);
 
 // storage.free: FAIL with room for less than one snapshot, WARN for less than two (the next snapshot is written

@@ -57,12 +57,13 @@ TEST(SnapshotDir, ADirectoryTheUserCannotWriteFails) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
-TEST(SnapshotSize, NewestFileElseOneGiB) {
+TEST(SnapshotSize, NewestVisibleFileElseOneGiB) {
   TempDir dir;
   EXPECT_EQ(guess_snapshot_bytes(dir.path()), kDefaultSnapshotBytes);
   write_file(dir / "step-100.pt", std::string(3000, 'a'));
   write_file(dir / "step-200.pt", std::string(5000, 'b'));
   write_file(dir / ".ddp-doctor-write-1-2", std::string(9000, 'c'));  // a leftover of ours does not count
+  write_file(dir / ".node", "node1\n");  // nor does any other hidden marker, however new
   std::filesystem::create_directory(dir / "subdir");
   utimbuf old_time{1000, 1000};
   utime((dir / "step-100.pt").c_str(), &old_time);
