@@ -1,0 +1,197 @@
+// DistributedModel on two real processes over Gloo: after N steps on different data the ranks hold identical
+// parameters, equal to single-process training on the union of their data; no_sync accumulates locally.
+#include <gtest/gtest.h>
+
+#include <ATen/Functions.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+
+#include "ddp_runtime/distributed_model.hpp"
+#include "ddp_runtime/launch.hpp"
+#include "ddp_runtime/process_group.hpp"
+#include "ddp_runtime/snapshot.hpp"
+#include "test_support.hpp"
+
+namespace ddp::runtime {
+namespace {
+
+constexpr int kRanks = 2;
+constexpr int64_t kBatch = 16;
+constexpr int kSteps = 6;
+constexpr double kLr = 0.1;
+constexpr double kMomentum = 0.9;
+
+torch::nn::Sequential test_model(uint64_t seed, int64_t outputs = 1) {
+  at::manual_seed(seed);
+  return torch::nn::Sequential(torch::nn::Linear(8, 32), torch::nn::ReLU(), torch::nn::Linear(32, 32), torch::nn::ReLU(),
+                               torch::nn::Linear(32, outputs));
+}
+
+struct Data {
+  at::Tensor inputs;
+  at::Tensor targets;
+};
+
+Data test_data(int accumulate) {
+  at::manual_seed(7);
+  const int64_t rows = kSteps * accumulate * kRanks * kBatch;
+  return {at::rand({rows, 8}), at::rand({rows, 1})};
+}
+
+// Rows of one rank's micro-batch: every step holds accumulate x ranks batches, rank-major within a micro-step.
+at::Tensor rows(const at::Tensor& all, int accumulate, int step, int micro, int rank) {
+  const int64_t start = ((int64_t{step} * accumulate + micro) * kRanks + rank) * kBatch;
+  return all.slice(0, start, start + kBatch);
+}
+
+at::Tensor step_rows(const at::Tensor& all, int accumulate, int step) {
+  const int64_t size = int64_t{accumulate} * kRanks * kBatch;
+  return all.slice(0, step * size, (step + 1) * size);
+}
+
+int accumulate_setting() { return std::atoi(std::getenv("ACCUMULATE")); }
+
+int train_worker() {
+  const int accumulate = accumulate_setting();
+  const Distributed dist = init_distributed(launch_from_environment(process_environment()), BackendHint::Gloo,
+                                            std::chrono::seconds(60));
+  // Different initial weights on every rank: the broadcast from rank 0 must make them equal.
+  torch::nn::Sequential model = test_model(100 + dist.rank);
+  DistributedModel ddp(model.ptr(), dist, DdpOptions{1024, 256});
+  std::cout << "buckets=" << ddp.bucket_count() << std::endl;
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+  const Data data = test_data(accumulate);
+  at::Tensor local_gradient;
+  for (int step = 0; step < kSteps; ++step) {
+    optimizer.zero_grad();
+    for (int micro = 0; micro < accumulate; ++micro) {
+      std::optional<DistributedModel::NoSync> no_sync;
+      if (micro + 1 < accumulate) no_sync.emplace(ddp);
+      const at::Tensor x = rows(data.inputs, accumulate, step, micro, dist.rank);
+      const at::Tensor y = rows(data.targets, accumulate, step, micro, dist.rank);
+      const at::Tensor output = ddp.forward([&] { return model->forward(x); });
+      (at::mse_loss(output, y) / accumulate).backward();
+      if (step == 0 && micro == 0) local_gradient = model->parameters()[0].grad().clone();
+    }
+    optimizer.step();
+  }
+  std::vector<std::pair<std::string, at::Tensor>> saved;
+  for (const auto& item : model->named_parameters()) saved.emplace_back(item.key(), item.value());
+  saved.emplace_back("first_gradient", local_gradient);
+  write_model_file(std::getenv("OUT") + std::string("/rank") + std::to_string(dist.rank) + ".pt", saved);
+  return 0;
+}
+
+int mismatch_worker() {
+  const Distributed dist = init_distributed(launch_from_environment(process_environment()), BackendHint::Gloo,
+                                            std::chrono::seconds(60));
+  torch::nn::Sequential model = test_model(1, dist.rank == 0 ? 1 : 2);
+  try {
+    DistributedModel ddp(model.ptr(), dist);
+  } catch (const std::exception& e) {
+    std::cout << "refused: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+c10::impl::GenericDict load_dict(const std::string& path) {
+  const std::string bytes = testing::read_text(path);
+  return torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+}
+
+// Single-process SGD on the union of both ranks' batches, from rank 0's initial weights.
+torch::nn::Sequential train_on_union(int accumulate) {
+  torch::nn::Sequential model = test_model(100);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+  const Data data = test_data(accumulate);
+  for (int step = 0; step < kSteps; ++step) {
+    optimizer.zero_grad();
+    at::mse_loss(model->forward(step_rows(data.inputs, accumulate, step)), step_rows(data.targets, accumulate, step))
+        .backward();
+    optimizer.step();
+  }
+  return model;
+}
+
+// What rank `rank`'s first backward, left local by no_sync, must produce: its own batch's gradient only.
+at::Tensor local_first_gradient(int accumulate, int rank) {
+  torch::nn::Sequential model = test_model(100);
+  const Data data = test_data(accumulate);
+  (at::mse_loss(model->forward(rows(data.inputs, accumulate, 0, 0, rank)), rows(data.targets, accumulate, 0, 0, rank)) /
+   accumulate)
+      .backward();
+  return model->parameters()[0].grad();
+}
+
+void expect_ddp_matches_single_process(int accumulate) {
+  const std::string dir = testing::make_temp_dir();
+  const auto results = testing::run_ranks(kRanks, {testing::self_path()}, dir,
+                                          {{"RUNTIME_TEST_WORKER", "train"}, {"OUT", dir},
+                                           {"ACCUMULATE", std::to_string(accumulate)}});
+  for (const auto& result : results) ASSERT_EQ(result.status, 0) << result.output;
+  // 1377 floats in 1 KB buckets: several buckets, so that the overlapped path is the one under test.
+  const std::size_t at = results[0].output.find("buckets=");
+  ASSERT_NE(at, std::string::npos) << results[0].output;
+  EXPECT_GE(std::stoi(results[0].output.substr(at + 8)), 3) << results[0].output;
+
+  const auto rank0 = load_dict(dir + "/rank0.pt");
+  const auto rank1 = load_dict(dir + "/rank1.pt");
+  torch::nn::Sequential reference = train_on_union(accumulate);
+  for (const auto& item : reference->named_parameters()) {
+    const at::Tensor a = rank0.at(item.key()).toTensor();
+    const at::Tensor b = rank1.at(item.key()).toTensor();
+    EXPECT_TRUE(at::equal(a, b)) << item.key() << " differs between the ranks";
+    EXPECT_TRUE(at::allclose(a, item.value(), 1e-5, 1e-6)) << item.key() << " differs from single-process training";
+  }
+  if (accumulate > 1) {
+    const at::Tensor g0 = rank0.at("first_gradient").toTensor();
+    const at::Tensor g1 = rank1.at("first_gradient").toTensor();
+    EXPECT_FALSE(at::allclose(g0, g1)) << "no_sync gradients were averaged";
+    EXPECT_TRUE(at::allclose(g0, local_first_gradient(accumulate, 0), 1e-5, 1e-7));
+    EXPECT_TRUE(at::allclose(g1, local_first_gradient(accumulate, 1), 1e-5, 1e-7));
+  }
+}
+
+TEST(DistributedModel, TwoRanksEndEqualToSingleProcessTrainingOnTheUnionOfTheirData) {
+  expect_ddp_matches_single_process(1);
+}
+
+TEST(DistributedModel, NoSyncAccumulatesLocallyAndTheNextSyncAveragesTheSums) {
+  expect_ddp_matches_single_process(3);
+}
+
+TEST(DistributedModel, RefusesRanksWhoseParameterShapesDiffer) {
+  const std::string dir = testing::make_temp_dir();
+  const auto results = testing::run_ranks(kRanks, {testing::self_path()}, dir, {{"RUNTIME_TEST_WORKER", "mismatch"}});
+  for (const auto& result : results) {
+    EXPECT_EQ(result.status, 1) << result.output;
+    EXPECT_NE(result.output.find("refused:"), std::string::npos) << result.output;
+  }
+}
+
+}  // namespace
+
+namespace testing {
+
+int run_test_worker(const std::string& name) {
+  try {
+    if (name == "train") return train_worker();
+    if (name == "mismatch") return mismatch_worker();
+  } catch (const std::exception& e) {
+    std::cerr << "worker " << name << ": " << e.what() << std::endl;
+    return 2;
+  }
+  std::cerr << "unknown worker " << name << std::endl;
+  return 2;
+}
+
+}  // namespace testing
+}  // namespace ddp::runtime

@@ -1,0 +1,204 @@
+// ddp-train as users run it: real processes, ranks on 127.0.0.1, its output, exit status and files.
+#include <gtest/gtest.h>
+
+#include <ATen/Functions.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <signal.h>
+#include <algorithm>
+#include <unistd.h>
+
+#include "test_support.hpp"
+
+namespace ddp::runtime {
+namespace {
+
+using testing::ddp_train;
+using testing::Result;
+
+c10::impl::GenericDict load_dict(const std::string& path) {
+  const std::string bytes = testing::read_text(path);
+  return torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+}
+
+void expect_equal_models(const std::string& a, const std::string& b) {
+  const auto first = load_dict(a);
+  const auto second = load_dict(b);
+  ASSERT_EQ(first.size(), second.size());
+  for (const auto& item : first) {
+    EXPECT_TRUE(at::equal(item.value().toTensor(), second.at(item.key()).toTensor()))
+        << item.key().toStringRef() << " differs between " << a << " and " << b;
+  }
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::vector<std::string> train_command(const std::string& dir, std::vector<std::string> args) {
+  std::vector<std::string> argv{ddp_train(), "--snapshot-dir", dir + "/snapshots", "--output", dir + "/final.pt"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+TEST(DdpTrain, PrintsTheSeedsLinesOnEveryRankAndSavesSnapshotsAndTheFinalModel) {
+  const std::string dir = testing::make_temp_dir();
+  const auto results = testing::run_ranks(2, train_command(dir, {"3", "2"}), dir);
+  ASSERT_EQ(results[0].status, 0) << results[0].output;
+  ASSERT_EQ(results[1].status, 0) << results[1].output;
+  const std::string& rank0 = results[0].output;
+  for (const std::string& line : std::vector<std::string>{
+           "[CPU0] Epoch 0 | Batchsize: 32 | Steps: 32\n", "[CPU0] Epoch 2 | Batchsize: 32 | Steps: 32\n",
+        "Epoch 0 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000001-s000000000032.pt\n",
+        "Epoch 2 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000003-s000000000096.pt\n",
+        "Final model saved at " + dir + "/final.pt\n", "Epoch 1 | Loss: ", "samples/s\n"}) {
+    EXPECT_TRUE(contains(rank0, line)) << "missing '" << line << "' in\n" << rank0;
+  }
+  EXPECT_TRUE(contains(results[1].output, "[CPU1] Epoch 2 | Batchsize: 32 | Steps: 32\n")) << results[1].output;
+  EXPECT_FALSE(contains(results[1].output, "saved at")) << "only rank 0 writes";
+  EXPECT_EQ(load_dict(dir + "/final.pt").at("weight").toTensor().sizes(), (std::vector<int64_t>{1, 20}));
+}
+
+// A run that is killed after a snapshot, or stopped by SIGUSR2 in the middle of an epoch, and started again,
+// ends with the same final model, bit for bit, as a run that was never interrupted.
+TEST(DdpTrain, ResumeIsExactAfterAKillAndAfterSigusr2) {
+  const std::vector<std::string> args{"--workload", "mlp", "--width", "32", "--samples", "1024", "--batch-size", "16",
+                                      "--momentum", "0.9", "--lr", "0.01", "40"};
+  const auto with_save_every = [&](const std::string& every) {
+    std::vector<std::string> all = args;
+    all.push_back(every);
+    return all;
+  };
+  const std::string baseline = testing::make_temp_dir();
+  for (const Result& r : testing::run_ranks(2, train_command(baseline, with_save_every("1")), baseline)) {
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+
+  const std::string killed = testing::make_temp_dir();
+  auto ranks = testing::spawn_ranks(2, train_command(killed, with_save_every("1")), killed);
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Epoch 3 | Training snapshot saved", ranks[0]));
+  for (const auto& rank : ranks) kill(rank.pid, SIGKILL);
+  for (const auto& rank : ranks) EXPECT_EQ(testing::wait_for(rank), 128 + SIGKILL);
+  const auto resumed = testing::run_ranks(2, train_command(killed, with_save_every("1")), killed);
+  ASSERT_EQ(resumed[0].status, 0) << resumed[0].output;
+  EXPECT_TRUE(contains(resumed[0].output, "Resuming training from snapshot at Epoch ")) << resumed[0].output;
+  EXPECT_FALSE(contains(resumed[0].output, "[CPU0] Epoch 0 |")) << resumed[0].output;
+  expect_equal_models(baseline + "/final.pt", killed + "/final.pt");
+
+  const std::string stopped = testing::make_temp_dir();
+  ranks = testing::spawn_ranks(2, train_command(stopped, with_save_every("0")), stopped);
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Epoch 2 | Loss", ranks[0]));
+  for (const auto& rank : ranks) kill(rank.pid, SIGUSR2);
+  for (const auto& rank : ranks) EXPECT_EQ(testing::wait_for(rank), 75) << testing::read_text(rank.output_path);
+  EXPECT_TRUE(contains(testing::read_text(ranks[0].output_path), "Training snapshot saved at"));
+  EXPECT_TRUE(contains(testing::read_text(ranks[1].output_path), "[CPU1] Stopped at epoch"));
+  const auto continued = testing::run_ranks(2, train_command(stopped, with_save_every("0")), stopped);
+  ASSERT_EQ(continued[0].status, 0) << continued[0].output;
+  expect_equal_models(baseline + "/final.pt", stopped + "/final.pt");
+}
+
+TEST(DdpTrain, ResumesFromASnapshotWrittenByTheSeedScript) {
+  const std::string python = testing::torch_python();
+  if (python.empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  const std::string dir = testing::make_temp_dir();
+  const std::string seed_snapshot = dir + "/snapshot.pt";
+  ASSERT_EQ(testing::run({python, testing::python_script("snapshot_io.py"), "write-seed", seed_snapshot, "2"}).status, 0);
+
+  const Result unchanged = testing::run(train_command(dir, {"--resume", seed_snapshot, "2", "1"}));
+  ASSERT_EQ(unchanged.status, 0) << unchanged.output;
+  EXPECT_TRUE(contains(unchanged.output, "Resuming training from snapshot at Epoch 2 (" + seed_snapshot + ")"));
+  EXPECT_FALSE(contains(unchanged.output, "[CPU0] Epoch")) << "all epochs had run";
+  const auto python_model = load_dict(seed_snapshot).at("MODEL_STATE").toGenericDict();
+  const auto final_model = load_dict(dir + "/final.pt");
+  for (const std::string name : {"weight", "bias"}) {
+    EXPECT_TRUE(at::equal(python_model.at(name).toTensor(), final_model.at(name).toTensor())) << name;
+  }
+
+  const Result trained = testing::run(train_command(dir, {"--resume", seed_snapshot, "3", "1"}));
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  EXPECT_TRUE(contains(trained.output, "[CPU0] Epoch 2 | Batchsize: 32 | Steps: 64\n")) << trained.output;
+  EXPECT_FALSE(contains(trained.output, "[CPU0] Epoch 1 |")) << trained.output;
+}
+
+TEST(DdpTrain, RefusesASnapshotOfAnotherModelNamingTheFirstMismatchingTensor) {
+  const std::string dir = testing::make_temp_dir();
+  ASSERT_EQ(testing::run(train_command(dir, {"--workload", "mlp", "--width", "8", "--samples", "64", "1", "1"})).status, 0);
+  const Result wider = testing::run(train_command(dir, {"--workload", "mlp", "--width", "16", "--samples", "64", "2", "1"}));
+  EXPECT_EQ(wider.status, 2) << wider.output;
+  EXPECT_TRUE(contains(wider.output, "'0.weight' is [8, 20] in the snapshot but [16, 20] in the model")) << wider.output;
+  EXPECT_FALSE(contains(wider.output, "[CPU0] Epoch")) << wider.output;
+}
+
+TEST(DdpTrain, FailsOnEveryRankBeforeTheFirstStepWhenTheSnapshotDirIsUnwritable) {
+  const std::string dir = testing::make_temp_dir();
+  testing::write_bytes(dir + "/not-a-dir", "x");
+  const auto results =
+      testing::run_ranks(2, {ddp_train(), "--snapshot-dir", dir + "/not-a-dir/snaps", "--output", dir + "/f.pt", "2", "1"}, dir);
+  for (const Result& r : results) {
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, dir + "/not-a-dir")) << r.output;
+    EXPECT_FALSE(contains(r.output, "Epoch")) << r.output;
+  }
+}
+
+TEST(DdpTrain, ReportsAnUnreachableRendezvousNamingAddressPortAndTimeout) {
+  const std::string port = std::to_string(testing::free_port());
+  const Result result = testing::run({ddp_train(), "--timeout", "2", "1", "1"},
+                                     {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+  EXPECT_EQ(result.status, 1) << result.output;
+  EXPECT_TRUE(contains(result.output, "rank 1 could not reach the rendezvous store at 127.0.0.1:" + port + " within 2 s"))
+      << result.output;
+}
+
+TEST(DdpTrain, RefusesBadInputWithOneLineAndExitStatus2) {
+  const std::string dir = testing::make_temp_dir();
+  const auto expect_refused = [&](const std::vector<std::string>& args, const testing::Env& env, const std::string& part) {
+    const Result result = testing::run(train_command(dir, args), env);
+    EXPECT_EQ(result.status, 2) << result.output;
+    EXPECT_TRUE(contains(result.output, part)) << result.output;
+    EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << result.output;
+  };
+  expect_refused({"--batch-size", "abc", "5", "1"}, {}, "ddp-train: --batch-size 'abc' is not a whole number");
+  expect_refused({"5"}, {}, "usage: ddp-train [options] total_epochs save_every");
+  expect_refused({"5", "1"}, {{"DDP_BACKEND", "mpi"}}, "the MPI process group is not built");
+  expect_refused({"--backend", "nccl", "5", "1"}, {}, "NCCL backend is not built");
+  expect_refused({"5", "1"}, {{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK=2 is not below WORLD_SIZE=2");
+  expect_refused({"--workload", "fashion-mnist", "--data", dir, "5", "1"}, {}, "has no train-images-idx3-ubyte");
+}
+
+std::string idx_header(std::vector<uint32_t> dims) {
+  std::string header{'\0', '\0', '\x08', static_cast<char>(dims.size())};
+  for (const uint32_t d : dims) {
+    for (int shift = 24; shift >= 0; shift -= 8) header += static_cast<char>((d >> shift) & 0xff);
+  }
+  return header;
+}
+
+TEST(DdpTrain, TrainsTheQuickstartNetworkOnFashionMnistIdxFiles) {
+  const std::string dir = testing::make_temp_dir();
+  const uint32_t images = 96;
+  std::string pixels(images * 28 * 28, '\0');
+  std::string labels(images, '\0');
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<char>((i * 37) % 256);
+  for (uint32_t i = 0; i < images; ++i) labels[i] = static_cast<char>(i % 10);
+  testing::write_bytes(dir + "/train-images-idx3-ubyte", idx_header({images, 28, 28}) + pixels);
+  testing::write_bytes(dir + "/train-labels-idx1-ubyte", idx_header({images}) + labels);
+  const Result result = testing::run(train_command(dir, {"--workload", "fashion-mnist", "--data", dir, "2", "1"}));
+  ASSERT_EQ(result.status, 0) << result.output;
+  EXPECT_TRUE(contains(result.output, "[CPU0] Epoch 1 | Batchsize: 32 | Steps: 3\n")) << result.output;
+  EXPECT_EQ(load_dict(dir + "/final.pt").at("linear_relu_stack.0.weight").toTensor().sizes(),
+            (std::vector<int64_t>{512, 784}));
+}
+
+TEST(DdpTrain, StartsUnderMpirunWithoutMasterAddr) {
+  if (access("/usr/bin/mpirun", X_OK) != 0) GTEST_SKIP() << "OpenMPI's mpirun is not installed";
+  const std::string dir = testing::make_temp_dir();
+  std::vector<std::string> argv{"/usr/bin/mpirun", "-np", "2", "--oversubscribe", "--allow-run-as-root"};
+  for (const std::string& arg : train_command(dir, {"2", "1"})) argv.push_back(arg);
+  const Result result = testing::run(argv);
+  ASSERT_EQ(result.status, 0) << result.output;
+  EXPECT_TRUE(contains(result.output, "[CPU0] Epoch 1 | Batchsize: 32 | Steps: 32\n")) << result.output;
+  EXPECT_TRUE(contains(result.output, "[CPU1] Epoch 1 | Batchsize: 32 | Steps: 32\n")) << result.output;
+  EXPECT_TRUE(contains(result.output, "Final model saved at " + dir + "/final.pt")) << result.output;
+}
+
+}  // namespace
+}  // namespace ddp::runtime

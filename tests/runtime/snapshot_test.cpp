@@ -1,0 +1,157 @@
+// Snapshot files: round trip, the background writer, keep-K, checksums on resume, and the format Python's
+// torch.load reads (and the seed script writes).
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Functions.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/snapshot_files.hpp"
+#include "error.hpp"
+#include "test_support.hpp"
+
+namespace ddp::runtime {
+namespace {
+
+constexpr float kMarker = 1234.5f;  // a value easy to find among the file's bytes
+
+SnapshotContent sample(int64_t global_step, float fill = kMarker) {
+  SnapshotContent c;
+  c.model_state = {{"weight", at::full({4, 5}, fill)}, {"bias", at::arange(4, at::kFloat)}};
+  c.momentum_buffers = {at::full({4, 5}, 0.25f), at::Tensor()};
+  c.lr = 0.01;
+  c.momentum = 0.9;
+  c.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  c.progress = {3, 7, global_step, 11, 2, 32};
+  return c;
+}
+
+void expect_same(const SnapshotContent& a, const SnapshotContent& b) {
+  ASSERT_EQ(a.model_state.size(), b.model_state.size());
+  for (std::size_t i = 0; i < a.model_state.size(); ++i) {
+    EXPECT_EQ(a.model_state[i].first, b.model_state[i].first);
+    EXPECT_TRUE(at::equal(a.model_state[i].second, b.model_state[i].second));
+  }
+  ASSERT_EQ(a.momentum_buffers.size(), b.momentum_buffers.size());
+  EXPECT_TRUE(at::equal(a.momentum_buffers[0], b.momentum_buffers[0]));
+  EXPECT_FALSE(b.momentum_buffers[1].defined());
+  EXPECT_TRUE(at::equal(a.rng_state, b.rng_state));
+  EXPECT_EQ(a.lr, b.lr);
+  EXPECT_EQ(a.momentum, b.momentum);
+  EXPECT_EQ(a.progress.epochs_run, b.progress.epochs_run);
+  EXPECT_EQ(a.progress.batches_done, b.progress.batches_done);
+  EXPECT_EQ(a.progress.global_step, b.progress.global_step);
+  EXPECT_EQ(a.progress.seed, b.progress.seed);
+  EXPECT_EQ(a.progress.world_size, b.progress.world_size);
+  EXPECT_EQ(a.progress.batch_size, b.progress.batch_size);
+  EXPECT_FALSE(b.from_seed_script);
+}
+
+void flip_marker(const std::string& path) {
+  std::string bytes = testing::read_text(path);
+  const std::string marker(reinterpret_cast<const char*>(&kMarker), sizeof kMarker);
+  const std::size_t at = bytes.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at] ^= 0x01;
+  testing::write_bytes(path, bytes);
+}
+
+TEST(Snapshot, RoundTripsEverythingItHolds) {
+  SnapshotStore store(testing::make_temp_dir(), 3);
+  const SnapshotContent saved = sample(320);
+  const std::string path = store.save(saved);
+  EXPECT_EQ(path, store.dir() + "/snapshot-e000003-s000000000320.pt");
+  expect_same(saved, read_snapshot(path));
+}
+
+TEST(Snapshot, WritesInTheBackgroundFromStagedCopiesAndKeepsTheLastK) {
+  SnapshotStore store(testing::make_temp_dir(), 2);
+  std::mutex mutex;
+  std::vector<std::string> saved_paths;
+  SnapshotContent live = sample(0);
+  for (int64_t step = 1; step <= 4; ++step) {
+    live.progress.global_step = step;
+    live.model_state[0].second.fill_(static_cast<float>(step));
+    store.save_async(live, [&](const std::string& path) {
+      std::lock_guard<std::mutex> lock(mutex);
+      saved_paths.push_back(path);
+    });
+    // Training goes on while the file is written: the write must not see this change.
+    live.model_state[0].second.fill_(-1.0f);
+  }
+  store.wait();
+  EXPECT_EQ(store.async_saves(), 4);
+  ASSERT_EQ(saved_paths.size(), 4u);
+  EXPECT_EQ(saved_paths.back(), store.dir() + "/snapshot-e000003-s000000000004.pt");
+  EXPECT_EQ(snapshot_paths_newest_first(store.dir()),
+            (std::vector<std::string>{saved_paths[3], saved_paths[2]}));
+  EXPECT_TRUE(at::equal(read_snapshot(saved_paths[3]).model_state[0].second, at::full({4, 5}, 4.0f)));
+  EXPECT_TRUE(at::equal(read_snapshot(saved_paths[2]).model_state[0].second, at::full({4, 5}, 3.0f)));
+}
+
+TEST(Snapshot, NewestValidWinsAndCorruptOrTruncatedOnesAreSkippedWithAWarningNamingThem) {
+  SnapshotStore store(testing::make_temp_dir(), 5);
+  const std::string oldest = store.save(sample(10));
+  const std::string truncated = store.save(sample(20));
+  const std::string corrupt = store.save(sample(30));
+  flip_marker(corrupt);
+  const std::string bytes = testing::read_text(truncated);
+  testing::write_bytes(truncated, bytes.substr(0, bytes.size() / 2));
+
+  std::vector<std::string> warnings;
+  const auto found = newest_valid_snapshot(store.dir(), [&](const std::string& w) { warnings.push_back(w); });
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->path, oldest);
+  EXPECT_EQ(found->content.progress.global_step, 10);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find(corrupt + " fails its checksum"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[1].find(truncated), std::string::npos) << warnings[1];
+}
+
+TEST(Snapshot, StoreRefusesADirectoryItCannotWrite) {
+  const std::string dir = testing::make_temp_dir();
+  testing::write_bytes(dir + "/plain-file", "x");
+  try {
+    SnapshotStore store(dir + "/plain-file/snapshots", 3);
+    FAIL() << "an unwritable directory was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/plain-file"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Snapshot, PythonTorchLoadReadsItAsAPlainDictWithTheSeedsKeys) {
+  const std::string python = testing::torch_python();
+  if (python.empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  SnapshotStore store(testing::make_temp_dir(), 3);
+  const std::string path = store.save(sample(320, 2.0f));
+  const testing::Result result = testing::run({python, testing::python_script("snapshot_io.py"), "read", path});
+  ASSERT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("type dict\n"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("keys CHECKSUM EPOCHS_RUN FINGERPRINT FORMAT GLOBAL_STEP MODEL_STATE OPTIMIZER_STATE "
+                               "RNG_STATE SAMPLER\n"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("EPOCHS_RUN 3\nGLOBAL_STEP 320\nweight_sum 40.0\nsampler 7 2\nmomentum_sum 5.0\n"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("loaded into Linear, SGD and the RNG"), std::string::npos) << result.output;
+}
+
+TEST(Snapshot, ReadsTheDictTheSeedScriptSaves) {
+  const std::string python = testing::torch_python();
+  if (python.empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  const std::string path = testing::make_temp_dir() + "/snapshot.pt";
+  const testing::Result result = testing::run({python, testing::python_script("snapshot_io.py"), "write-seed", path, "4"});
+  ASSERT_EQ(result.status, 0) << result.output;
+  const SnapshotContent content = read_snapshot(path);
+  EXPECT_TRUE(content.from_seed_script);
+  EXPECT_EQ(content.progress.epochs_run, 4);
+  ASSERT_EQ(content.model_state.size(), 2u);
+  EXPECT_EQ(model_fingerprint(content.model_state), "weight:[1, 20] bias:[1]");
+}
+
+}  // namespace
+}  // namespace ddp::runtime

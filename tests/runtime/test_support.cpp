@@ -1,0 +1,172 @@
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace ddp::runtime::testing {
+namespace {
+
+bool is_launcher_variable(const std::string& name) {
+  for (const char* prefix : {"SLURM_", "OMPI_", "PMIX_", "TORCHELASTIC_", "DDP_"}) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  for (const char* exact : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                            "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS", "RUNTIME_TEST_WORKER"}) {
+    if (name == exact) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> child_environment(const Env& extra) {
+  Env merged;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string text = *entry;
+    const std::size_t equals = text.find('=');
+    const std::string name = text.substr(0, equals);
+    if (!is_launcher_variable(name)) merged[name] = text.substr(equals + 1);
+  }
+  merged["OMP_NUM_THREADS"] = "1";
+  for (const auto& [name, value] : extra) merged[name] = value;
+  std::vector<std::string> lines;
+  for (const auto& [name, value] : merged) lines.push_back(name + "=" + value);
+  return lines;
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> result;
+  for (std::string& s : strings) result.push_back(s.data());
+  result.push_back(nullptr);
+  return result;
+}
+
+}  // namespace
+
+Process spawn(const std::vector<std::string>& argv, const Env& env, const std::string& output_path) {
+  std::vector<std::string> args = argv;
+  std::vector<std::string> environment = child_environment(env);
+  std::vector<char*> arg_pointers = pointers(args);
+  std::vector<char*> env_pointers = pointers(environment);
+  const int out = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) throw std::runtime_error("cannot create " + output_path);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out, 1);
+    dup2(out, 2);
+    execve(arg_pointers[0], arg_pointers.data(), env_pointers.data());
+    std::perror(arg_pointers[0]);
+    _exit(127);
+  }
+  close(out);
+  return {pid, output_path};
+}
+
+int wait_for(const Process& process) {
+  int status = 0;
+  waitpid(process.pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+Result run(const std::vector<std::string>& argv, const Env& env) {
+  const std::string path = make_temp_dir() + "/output.log";
+  const Process process = spawn(argv, env, path);
+  Result result;
+  result.status = wait_for(process);
+  result.output = read_text(path);
+  return result;
+}
+
+std::vector<Process> spawn_ranks(int ranks, const std::vector<std::string>& argv, const std::string& dir, Env env) {
+  env["MASTER_ADDR"] = "127.0.0.1";
+  env["MASTER_PORT"] = std::to_string(free_port());
+  env["WORLD_SIZE"] = env["LOCAL_WORLD_SIZE"] = std::to_string(ranks);
+  std::vector<Process> processes;
+  for (int rank = 0; rank < ranks; ++rank) {
+    env["RANK"] = env["LOCAL_RANK"] = std::to_string(rank);
+    processes.push_back(spawn(argv, env, dir + "/rank" + std::to_string(rank) + ".log"));
+  }
+  return processes;
+}
+
+std::vector<Result> run_ranks(int ranks, const std::vector<std::string>& argv, const std::string& dir, Env env) {
+  std::vector<Result> results;
+  for (const Process& process : spawn_ranks(ranks, argv, dir, std::move(env))) {
+    Result result;
+    result.status = wait_for(process);
+    result.output = read_text(process.output_path);
+    results.push_back(result);
+  }
+  return results;
+}
+
+bool wait_for_text(const std::string& path, const std::string& text, const Process& process) {
+  while (read_text(path).find(text) == std::string::npos) {
+    siginfo_t info{};
+    // WNOWAIT: look without reaping, so that wait_for still gets the exit status.
+    if (waitid(P_PID, static_cast<id_t>(process.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0) {
+      return read_text(path).find(text) != std::string::npos;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+std::string make_temp_dir() {
+  std::string pattern = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : "/tmp") + "/runtime-test.XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return pattern;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string ddp_train() { return DDP_TRAIN_PATH; }
+
+std::string torch_python() {
+  const std::string python = "/usr/bin/python3";
+  const Result probe = run({python, "-c", "import torch"});
+  return probe.status == 0 ? python : "";
+}
+
+std::string python_script(const std::string& name) { return std::string(RUNTIME_TEST_PYTHON_DIR) + "/" + name; }
+
+std::string self_path() {
+  char path[4096] = {};
+  const ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
+  return std::string(path, length > 0 ? static_cast<std::size_t>(length) : 0);
+}
+
+}  // namespace ddp::runtime::testing

@@ -1,0 +1,52 @@
+#pragma once
+// Helpers for runtime tests that start real processes: ddp-train ranks, this binary as a worker, Python.
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ddp::runtime::testing {
+
+using Env = std::map<std::string, std::string>;
+
+struct Process {
+  pid_t pid = -1;
+  std::string output_path;  // stdout and stderr together
+};
+
+// Starts argv[0] with this process's environment minus every launcher variable (RANK, SLURM_*, OMPI_*, ...),
+// plus OMP_NUM_THREADS=1 and `env`.
+Process spawn(const std::vector<std::string>& argv, const Env& env, const std::string& output_path);
+// Exit status, or 128 + signal number.
+int wait_for(const Process& process);
+
+struct Result {
+  int status = -1;
+  std::string output;
+};
+Result run(const std::vector<std::string>& argv, const Env& env = {});
+
+// Starts `ranks` copies of argv with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and MASTER_* of a free
+// port on 127.0.0.1; output of rank r goes to <dir>/rank<r>.log.
+std::vector<Process> spawn_ranks(int ranks, const std::vector<std::string>& argv, const std::string& dir, Env env = {});
+std::vector<Result> run_ranks(int ranks, const std::vector<std::string>& argv, const std::string& dir, Env env = {});
+
+// Waits until the file contains `text` or the process has ended; true when the text was seen.
+bool wait_for_text(const std::string& path, const std::string& text, const Process& process);
+
+int free_port();
+std::string make_temp_dir();
+std::string read_text(const std::string& path);
+void write_bytes(const std::string& path, const std::string& bytes);
+
+std::string ddp_train();
+// Debian's python3 with torch; empty when it is missing (tests that need it skip).
+std::string torch_python();
+std::string python_script(const std::string& name);
+
+// This test binary, re-entered as a worker (see test_main.cpp): RUNTIME_TEST_WORKER=name.
+std::string self_path();
+int run_test_worker(const std::string& name);
+
+}  // namespace ddp::runtime::testing
