@@ -115,7 +115,8 @@ void apply_option(Options& options, size_t index, const char* optarg) {
   const auto& table = option_table();
   if (index >= table.size()) throw Error("unknown option index " + std::to_string(index));
   std::optional<std::string_view> value;
-  if (optarg != nullptr && std::string_view(optarg) != "(null)") value = std::string_view(optarg);
+  // srun passes "" for an optional argument left out; sbatch forwards it to the steps as "(null)".
+  if (optarg != nullptr && *optarg != '\0' && std::string_view(optarg) != "(null)") value = std::string_view(optarg);
   table[index].apply(options, value);
 }
 

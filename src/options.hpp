@@ -34,8 +34,8 @@ struct OptionSpec {
 
 const std::vector<OptionSpec>& option_table();
 
-// Applies option `index` of option_table(). `optarg` may be null, or the text "(null)", which is how Slurm
-// forwards an optional-argument option given without one from sbatch to the steps. Throws ddp::Error.
+// Applies option `index` of option_table(). An optional argument left out arrives as null, as "" (srun) or as
+// the text "(null)" (sbatch, forwarded to the steps): all mean "no value". Throws ddp::Error.
 void apply_option(Options& options, size_t index, const char* optarg);
 
 struct Config {

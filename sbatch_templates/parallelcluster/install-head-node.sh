@@ -131,7 +131,9 @@ configure_plugstack() {
 }
 
 verify() {
-  "$prefix/bin/srun" --help 2>&1 | grep -q -- '--ddp-verbose' ||
+  local help
+  help=$("$prefix/bin/srun" --help 2>&1)
+  grep -q -- '--ddp-verbose' <<<"$help" ||
     die "srun --help does not list --ddp after the install; check $plugstack and the slurmctld/slurmd logs"
   say "srun loads the plugin: srun --help lists --ddp"
 }

@@ -42,6 +42,9 @@ TEST(Options, NullTextFromSbatchMeansNoArgument) {
   apply_option(options, index_of("ddp"), "(null)");
   EXPECT_TRUE(options.enabled);
   EXPECT_FALSE(options.backend.has_value());
+  apply_option(options, index_of("ddp"), "gloo");
+  apply_option(options, index_of("ddp"), "");  // srun's optional argument left out
+  EXPECT_FALSE(options.backend.has_value());
 }
 
 TEST(Options, LaterValueOverridesInheritedOne) {

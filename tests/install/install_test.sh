@@ -30,7 +30,8 @@ install_into "$WORK/a" port_range=21000-21999 >"$WORK/first.log"
 [ -x "$WORK/a/plugins/ddp.so" ] || fail "ddp.so not installed"
 [ "$(cat "$WORK/a/plugstack.conf.d/ddp.conf")" = "required $WORK/a/plugins/ddp.so port_range=21000-21999" ] ||
   fail "unexpected snippet: $(cat "$WORK/a/plugstack.conf.d/ddp.conf")"
-SLURM_CONF=$WORK/a/slurm.conf srun --help | grep -q -- '--ddp-port' || fail "srun does not list --ddp-port"
+help=$(SLURM_CONF=$WORK/a/slurm.conf srun --help)
+grep -q -- '--ddp-port' <<<"$help" || fail "srun does not list --ddp-port"
 
 # 2. Idempotent: the second run writes nothing.
 before=$(stat -c '%Y %i' "$WORK/a/plugins/ddp.so" "$WORK/a/plugstack.conf.d/ddp.conf")

@@ -11,10 +11,13 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 deb=$(ls "$WORK"/slurm-ddp-plugin_*.deb)
 plugin_dir=$(dirname "$(find /usr/lib -name auth_munge.so -path '*slurm*' | head -n 1)")
 
-dpkg-deb -c "$deb" | grep -q " \.$plugin_dir/ddp\.so$" || fail "ddp.so is not in $plugin_dir: $(dpkg-deb -c "$deb")"
-dpkg-deb -c "$deb" | grep -q ' \./etc/slurm/plugstack\.conf\.d/ddp\.conf$' || fail "no plugstack snippet"
-dpkg-deb -I "$deb" | grep -q 'Depends: slurm-wlm-basic-plugins (>= 22\.05), slurm-wlm-basic-plugins (<< 22\.06)' ||
-  fail "no dependency on the Slurm series: $(dpkg-deb -I "$deb" | grep Depends)"
+# Listings are captured first: grep -q closing a pipe early would fail the pipeline under pipefail.
+contents=$(dpkg-deb -c "$deb")
+info=$(dpkg-deb -I "$deb")
+grep -q " \.$plugin_dir/ddp\.so$" <<<"$contents" || fail "ddp.so is not in $plugin_dir: $contents"
+grep -q ' \./etc/slurm/plugstack\.conf\.d/ddp\.conf$' <<<"$contents" || fail "no plugstack snippet"
+grep -q 'Depends: slurm-wlm-basic-plugins (>= 22\.05), slurm-wlm-basic-plugins (<< 22\.06)' <<<"$info" ||
+  fail "no dependency on the Slurm series: $(grep Depends <<<"$info")"
 dpkg-deb -e "$deb" "$WORK/control"
 [ "$(cat "$WORK/control/conffiles")" = "/etc/slurm/plugstack.conf.d/ddp.conf" ] || fail "snippet is not a conffile"
 
@@ -24,5 +27,6 @@ grep -q "^required $plugin_dir/ddp.so$" "$WORK/root/etc/slurm/plugstack.conf.d/d
 sed "s|$plugin_dir|$WORK/root$plugin_dir|" "$WORK/root/etc/slurm/plugstack.conf.d/ddp.conf" >"$WORK/plugstack.conf"
 printf 'ClusterName=pkg\nSlurmctldHost=localhost\nPlugStackConfig=%s\nNodeName=n1 CPUs=1\nPartitionName=p Nodes=n1\n' \
   "$WORK/plugstack.conf" >"$WORK/slurm.conf"
-SLURM_CONF=$WORK/slurm.conf srun --help | grep -q -- '--ddp-snapshot-dir' || fail "srun does not load the packaged plugin"
+help=$(SLURM_CONF=$WORK/slurm.conf srun --help)
+grep -q -- '--ddp-snapshot-dir' <<<"$help" || fail "srun does not load the packaged plugin"
 echo "package_test: OK"
