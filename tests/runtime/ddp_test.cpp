@@ -17,6 +17,7 @@
 #include "ddp_runtime/launch.hpp"
 #include "ddp_runtime/process_group.hpp"
 #include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/trainer.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
@@ -96,7 +97,7 @@ int mismatch_worker() {
   try {
     DistributedModel ddp(model.ptr(), dist);
   } catch (const std::exception& e) {
-    std::cout << "refused: " << e.what() << std::endl;
+    std::cout << "refused: " << error_message(e) << std::endl;
     return 1;
   }
   return 0;
@@ -171,10 +172,11 @@ TEST(DistributedModel, NoSyncAccumulatesLocallyAndTheNextSyncAveragesTheSums) {
 TEST(DistributedModel, RefusesRanksWhoseParameterShapesDiffer) {
   const std::string dir = testing::make_temp_dir();
   const auto results = testing::run_ranks(kRanks, {testing::self_path()}, dir, {{"RUNTIME_TEST_WORKER", "mismatch"}});
-  for (const auto& result : results) {
-    EXPECT_EQ(result.status, 1) << result.output;
-    EXPECT_NE(result.output.find("refused:"), std::string::npos) << result.output;
-  }
+  for (const auto& result : results) EXPECT_EQ(result.status, 1) << result.output;
+  // Rank 1 compares its shapes with rank 0's and names the first that differs; rank 0 then loses its peer.
+  EXPECT_NE(results[1].output.find("refused: [1]: params[4] in this process with sizes [2, 32] appears not to match"),
+            std::string::npos)
+      << results[1].output;
 }
 
 }  // namespace
