@@ -102,8 +102,14 @@ wait_job() {
   done
 }
 
-# submit ARGS...: sbatch --parsable ARGS, prints the job id.
-submit() { run_on_cluster sbatch --parsable "$@" | cut -d';' -f1; }
+# submit ARGS...: sbatch --parsable ARGS, prints the job id. Jobs still running at exit are cancelled, so a failed
+# test does not leave the next one waiting for resources (submit runs in a subshell: the ids go through a file).
+submit() {
+  local id
+  id=$(run_on_cluster sbatch --parsable "$@" | cut -d';' -f1)
+  echo "$id" >>"$_JOBS_FILE"
+  echo "$id"
+}
 
 # resume_nodes: a failure in user_init drains the node in a batch job; put every node back in service.
 resume_nodes() {
@@ -142,3 +148,6 @@ chown "$DDP_CLUSTER_USER:" "$TEST_DIR"
 chmod 0755 "$TEST_DIR"
 # shellcheck disable=SC2016  # expanded at exit
 on_exit 'rm -rf "$TEST_DIR"'
+_JOBS_FILE=$TEST_DIR/.submitted-jobs
+# shellcheck disable=SC2016  # expanded at exit
+on_exit '[ ! -s "$_JOBS_FILE" ] || run_on_cluster_as_root scancel $(cat "$_JOBS_FILE") 2>/dev/null'
