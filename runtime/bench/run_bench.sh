@@ -50,5 +50,25 @@ printf '%-20s | %10s | %10s | %s\n' workload "ddp-train" "Python DDP" "C++/Pytho
 compare "seed Linear(20,1)" "$SEED_EPOCHS" --workload seed
 compare "MLP width 1024" "$MLP_EPOCHS" --workload mlp --width 1024
 echo
-echo "Snapshot to $WORK: training blocked by an asynchronous snapshot vs a synchronous save (mean of 5)"
-"$BUILD/runtime/bench/snapshot_bench" "$WORK" 8.4 100 400
+mlp_mib() { echo "scale=1; (20*$1 + $1 + 2*($1*$1 + $1) + $1 + 1) * 4 / 1048576" | bc; }
+
+# ddp-train's own account of a run with a snapshot every epoch: "Snapshots: N ...; training blocked X ms".
+snapshot_run() {  # width, samples, epochs
+  two_ranks "$DDP_TRAIN" --workload mlp --width "$1" --samples "$2" --snapshot-dir "$WORK/snap-$1" --keep 1 \
+    --output "$WORK/final.pt" "$3" 1 >/dev/null
+  local line blocked count
+  line=$(grep '^Snapshots: ' "$WORK/rank0.log")
+  count=$(echo "$line" | sed -E 's/^Snapshots: ([0-9]+) .*/\1/')
+  blocked=$(echo "$line" | sed -E 's/.*blocked ([0-9.]+) ms.*/\1/')
+  echo "scale=2; $blocked / $count" | bc
+}
+
+echo "Snapshots, written to $WORK by rank 0 (mean of 5 unless said)"
+"$BUILD/runtime/bench/snapshot_bench" "$WORK/sync" "$(mlp_mib 1024)" "$(mlp_mib 7168)" | tee "$WORK/sync.txt"
+for spec in "1024 2048 12" "7168 256 3"; do
+  read -r width samples epochs <<<"$spec"
+  sync=$(grep -F " $(mlp_mib "$width") MiB" "$WORK/sync.txt" | sed -E 's/.*synchronous save +([0-9.]+) ms.*/\1/')
+  blocked=$(snapshot_run "$width" "$samples" "$epochs")
+  printf 'ddp-train MLP width %s (%s MiB), snapshot every epoch: training blocked %s ms per snapshot = %.2f%% of a synchronous save\n' \
+    "$width" "$(mlp_mib "$width")" "$blocked" "$(echo "100 * $blocked / $sync" | bc -l)"
+done

@@ -264,16 +264,42 @@ std::string SnapshotStore::write(const SnapshotContent& content) const {
   return path;
 }
 
+// Whichever of the writer thread and before_update() comes first copies the live state; the other finds it done.
+struct SnapshotStore::StagingJob {
+  std::mutex mutex;
+  bool done = false;
+  SnapshotContent live;
+};
+
+void SnapshotStore::stage_once(StagingJob& job) {
+  std::lock_guard<std::mutex> lock(job.mutex);
+  if (job.done) return;
+  c10::NoGradGuard no_grad;
+  stage(staging_, job.live);
+  job.live = SnapshotContent();
+  job.done = true;
+}
+
 void SnapshotStore::save_async(const SnapshotContent& live, Saved saved) {
   const auto start = Clock::now();
   wait();
-  {
-    c10::NoGradGuard no_grad;
-    stage(staged_, live);
-  }
-  in_flight_ = std::async(std::launch::async, [this, saved = std::move(saved)] { saved(write(staged_)); });
+  auto job = std::make_shared<StagingJob>();
+  job->live = live;
+  pending_ = job;
+  in_flight_ = std::async(std::launch::async, [this, job, saved = std::move(saved)] {
+    stage_once(*job);
+    saved(write(staging_));
+  });
   blocked_ += Clock::now() - start;
   ++async_saves_;
+}
+
+void SnapshotStore::before_update() {
+  if (!pending_) return;
+  const auto start = Clock::now();
+  stage_once(*pending_);
+  pending_.reset();
+  blocked_ += Clock::now() - start;
 }
 
 std::string SnapshotStore::save(const SnapshotContent& live) {
@@ -283,6 +309,7 @@ std::string SnapshotStore::save(const SnapshotContent& live) {
 
 void SnapshotStore::wait() {
   if (in_flight_.valid()) in_flight_.get();
+  pending_.reset();
 }
 
 }  // namespace ddp::runtime

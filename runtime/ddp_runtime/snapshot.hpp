@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -68,10 +70,13 @@ std::string model_fingerprint(const std::vector<std::pair<std::string, at::Tenso
 // The final model: {name: tensor}, which model.load_state_dict(torch.load(path)) accepts. Written atomically.
 void write_model_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& model_state);
 
-// Writes snapshots into one directory, rank 0 only. save_async copies the state into staging buffers that are
-// kept from one snapshot to the next (fresh memory is expensive to touch for the first time) and returns; a
-// background thread serialises, checksums and writes. At most one write is in flight: the next save_async
-// waits for it first.
+// Writes snapshots into one directory, rank 0 only. save_async returns at once: a background thread copies
+// the state into staging buffers that are kept from one snapshot to the next (fresh memory is expensive to
+// touch for the first time), then serialises, checksums and writes. The caller keeps training and calls
+// before_update() before it next changes a tensor of the state (the optimizer step), so that the copy
+// overlaps the forward and backward passes; should the thread not have started the copy by then (busy
+// cores), before_update makes it itself rather than wait for the thread to be scheduled. At most one write is
+// in flight: the next save_async waits for it.
 class SnapshotStore {
  public:
   // Creates the directory and proves it writable; throws ddp::Error naming it.
@@ -81,15 +86,18 @@ class SnapshotStore {
   SnapshotStore& operator=(const SnapshotStore&) = delete;
 
   using Saved = std::function<void(const std::string& path)>;
-  // `saved` runs on the writer thread once the file is durable under its final name.
+  // `saved` runs on the writer thread once the file is durable under its final name. The tensors of `live`
+  // must not change until before_update() returns.
   void save_async(const SnapshotContent& live, Saved saved);
+  // Returns once the last save_async has copied the state.
+  void before_update();
   // Writes on the calling thread, straight from the live tensors (what torch.save does); returns the path.
   std::string save(const SnapshotContent& live);
   // Waits for the write in flight; rethrows its error.
   void wait();
 
   const std::string& dir() const { return dir_; }
-  // Time save_async kept its caller from training, in total, and how many times it was called.
+  // Time save_async and before_update kept their caller from training, in total, and how many snapshots.
   std::chrono::duration<double> blocked() const { return blocked_; }
   int async_saves() const { return async_saves_; }
 
@@ -98,8 +106,12 @@ class SnapshotStore {
 
   std::string dir_;
   int keep_;
-  SnapshotContent staged_;
+  SnapshotContent staging_;
+  struct StagingJob;
+  void stage_once(StagingJob& job);
+
   std::future<void> in_flight_;
+  std::shared_ptr<StagingJob> pending_;  // the copy of the last save_async, until before_update
   std::chrono::duration<double> blocked_{0};
   int async_saves_ = 0;
 };

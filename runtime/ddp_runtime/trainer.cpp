@@ -162,6 +162,7 @@ class Trainer {
         optimizer_(module_->parameters(), torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
         sampler_(workload.data.size(), dist.world_size, dist.rank, true, options.seed),
         store_(store),
+        has_buffers_(!module_->buffers().empty()),
         console_(console) {
     progress_.seed = options.seed;
     progress_.world_size = dist.world_size;
@@ -188,6 +189,7 @@ class Trainer {
   DistributedSampler sampler_;
   std::unique_ptr<DistributedModel> ddp_;
   SnapshotStore* store_;  // rank 0 only
+  bool has_buffers_;
   Console& console_;
   TrainingProgress progress_;
   Clock::time_point last_snapshot_ = Clock::now();
@@ -257,7 +259,11 @@ SnapshotContent Trainer::live_content() {
   return content;
 }
 
+// A snapshot started at the last step boundary copies the parameters while this step's forward and backward
+// passes run; the optimizer step, which changes them, waits for the copy. Buffers (batch-norm statistics)
+// change in the forward pass already.
 void Trainer::run_step(const at::Tensor& order, int64_t first_batch, int64_t batches) {
+  if (store_ != nullptr && has_buffers_) store_->before_update();
   optimizer_.zero_grad();
   const int64_t size = order.size(0);
   for (int64_t b = 0; b < batches; ++b) {
@@ -275,6 +281,7 @@ void Trainer::run_step(const at::Tensor& order, int64_t first_batch, int64_t bat
     ++epoch_batches_;
     (batches > 1 ? loss / static_cast<double>(batches) : loss).backward();
   }
+  if (store_ != nullptr) store_->before_update();
   optimizer_.step();
 }
 

@@ -79,7 +79,8 @@ TEST(Snapshot, WritesInTheBackgroundFromStagedCopiesAndKeepsTheLastK) {
       std::lock_guard<std::mutex> lock(mutex);
       saved_paths.push_back(path);
     });
-    // Training goes on while the file is written: the write must not see this change.
+    // Training goes on once the state is copied: the file must not see this change.
+    store.before_update();
     live.model_state[0].second.fill_(-1.0f);
   }
   store.wait();
