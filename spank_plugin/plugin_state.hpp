@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "node_setup.hpp"
 #include "options.hpp"
 #include "task_env.hpp"
 
@@ -23,6 +24,7 @@ struct PluginState {
   Config config;
   std::optional<Failure> failure;  // first problem found; --ddp steps fail with it
   std::optional<StepPlan> plan;    // set per node by user_init
+  std::optional<NodeSetup> node;   // topology and network of this node, set by user_init
 };
 
 PluginState& state();

@@ -35,6 +35,12 @@ std::string user_name(spank_t sp) {
   return found->pw_name;
 }
 
+std::string step_cores(spank_t sp) {
+  char* cores = nullptr;
+  if (spank_get_item(sp, S_STEP_ALLOC_CORES, &cores) != ESPANK_SUCCESS || cores == nullptr) return "";
+  return cores;
+}
+
 std::string this_hostname() {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
@@ -80,10 +86,11 @@ void plan_this_node(spank_t sp, uint32_t step_id) {
     return;
   }
   try {
-    ddp::resolve_host(s.plan->master_addr);
+    const std::string master_ip = ddp::resolve_host(s.plan->master_addr);
     // user_init runs with the user's privileges: the directory is created as the user, never as root.
     const auto user_env = [sp](const std::string& name) { return get_env(sp, name.c_str()); };
     if (const auto dir = ddp::snapshot_dir_to_prepare(*s.plan, user_env)) ddp::prepare_snapshot_dir(*dir);
+    s.node = ddp::setup_node(*s.plan, master_ip, step_cores(sp), get_env(sp, "HWLOC_XMLFILE"));
   } catch (const std::exception& e) {
     record_failure(e.what() + (" (on " + s.plan->step.hostname + ")"), true);
   }
@@ -114,17 +121,35 @@ int fail_task(spank_t sp) {
   return -1;
 }
 
+// --ddp-check: a failed check fails the step with the reasons; warnings are printed once per node.
+void check_this_node(const ddp::StepPlan& plan, const ddp::TaskInfo& task, const ddp::TaskEnv& env) {
+  const ddp::CheckOutcome outcome = ddp::check_node(plan, env);
+  if (!outcome.failures.empty()) {
+    throw ddp::Error("--ddp-check failed on " + plan.step.hostname + ": " + outcome.failures);
+  }
+  if (task.local_rank != 0) return;
+  if (!outcome.warnings.empty()) {
+    std::fprintf(stderr, "ddp: --ddp-check warnings on %s: %s\n", plan.step.hostname.c_str(), outcome.warnings.c_str());
+  } else if (plan.verbose) {
+    std::fprintf(stderr, "ddp: --ddp-check on %s: %zu checks passed\n", plan.step.hostname.c_str(), outcome.passed);
+  }
+}
+
 int export_task_env(spank_t sp) {
   const ddp::StepPlan& plan = *state().plan;
   const ddp::TaskInfo task = read_task(sp);
-  const ddp::TaskEnv env = ddp::task_env(plan, task, [sp](const std::string& name) { return get_env(sp, name.c_str()); });
+  ddp::TaskEnv env = ddp::task_env(plan, task, [sp](const std::string& name) { return get_env(sp, name.c_str()); });
+  const ddp::TaskBinding binding = ddp::bind_task(*state().node, plan, task, env);
+  if (plan.check) check_this_node(plan, task, env);
+  // After Slurm's own affinity step, within what it allowed (apply_cpu_binding intersects with it).
+  if (!binding.cpus.empty()) ddp::apply_cpu_binding(0, binding.cpus);
   for (const ddp::EnvVar& var : env.vars()) {
     if (var.origin == ddp::Origin::User) continue;
     if (spank_setenv(sp, var.name.c_str(), var.value.c_str(), 1) != ESPANK_SUCCESS) {
       throw ddp::Error("cannot set " + var.name + " in the task's environment");
     }
   }
-  if (plan.verbose) std::fprintf(stderr, "%s\n", ddp::verbose_line(plan, task, env).c_str());
+  if (plan.verbose) std::fprintf(stderr, "%s\n", ddp::verbose_line(plan, task, env, binding.summary).c_str());
   return 0;
 }
 

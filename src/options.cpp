@@ -1,5 +1,7 @@
 #include "options.hpp"
 
+#include <cctype>
+
 #include "error.hpp"
 #include "parse.hpp"
 
@@ -40,6 +42,39 @@ void apply_port(Options& options, std::optional<std::string_view> value) {
 
 void apply_verbose(Options& options, std::optional<std::string_view>) { options.verbose = true; }
 
+std::optional<BindMode> bind_mode_named(std::string_view name) {
+  if (name == "closest") return BindMode::Closest;
+  if (name == "none") return BindMode::None;
+  return std::nullopt;
+}
+
+void apply_bind(Options& options, std::optional<std::string_view> value) {
+  options.bind = bind_mode_named(value.value_or(""));
+  if (!options.bind) throw Error("unknown --ddp-bind mode " + quote(value.value_or("")) + "; use closest or none");
+}
+
+// Interface names are at most IFNAMSIZ-1 characters of a safe set; checking here keeps odd text out of messages.
+bool is_interface_name(std::string_view name) {
+  if (name.empty() || name.size() > 15) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_' && c != ':') return false;
+  }
+  return true;
+}
+
+void apply_nic(Options& options, std::optional<std::string_view> value) {
+  if (!value || *value == "auto") {
+    options.nic.reset();
+    return;
+  }
+  if (!is_interface_name(*value)) {
+    throw Error("--ddp-nic value " + quote(*value) + " is not a network interface name; give one like eth0, or auto");
+  }
+  options.nic = std::string(*value);
+}
+
+void apply_check(Options& options, std::optional<std::string_view>) { options.check = true; }
+
 void apply_snapshot_dir(Options& options, std::optional<std::string_view> value) {
   if (!value || value->empty()) throw Error("--ddp-snapshot-dir needs a directory, e.g. /fsx/%u/%j");
   options.snapshot_dir = std::string(*value);
@@ -61,6 +96,22 @@ void set_snapshot_dir(Config& config, std::string_view value) {
   config.snapshot_dir = std::string(value);
 }
 
+void set_bind(Config& config, std::string_view value) {
+  const auto mode = bind_mode_named(value);
+  if (!mode) throw Error("unknown bind mode");
+  config.bind = *mode;
+}
+
+void set_nic(Config& config, std::string_view value) {
+  if (value != "auto" && !is_interface_name(value)) throw Error("not an interface name");
+  config.nic = value == "auto" ? "" : std::string(value);
+}
+
+void set_topology_xml(Config& config, std::string_view value) {
+  if (value.empty() || value[0] != '/') throw Error("not an absolute path");
+  config.topology_xml = std::string(value);
+}
+
 void set_default_backend(Config& config, std::string_view value) {
   const auto backend = backend_named(value);
   if (!backend) throw Error("unknown backend");
@@ -72,6 +123,9 @@ const std::vector<ConfigKey>& config_keys() {
       {"port_range", "FIRST-LAST within 1024-65535, outside the kernel's ephemeral range", set_port_range},
       {"default_backend", "auto|gloo|nccl|mpi", set_default_backend},
       {"snapshot_dir", "an absolute path, with %u (user), %j (job id), %x (job name)", set_snapshot_dir},
+      {"bind", "closest|none", set_bind},
+      {"nic", "an interface name, or auto", set_nic},
+      {"topology_xml", "an absolute path to an hwloc XML export (lstopo --of xml)", set_topology_xml},
   };
   return keys;
 }
@@ -94,6 +148,8 @@ const char* to_string(Backend backend) {
   return "?";
 }
 
+const char* to_string(BindMode mode) { return mode == BindMode::Closest ? "closest" : "none"; }
+
 const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table = {
       {"ddp", "auto|gloo|nccl|mpi|off",
@@ -107,6 +163,13 @@ const std::vector<OptionSpec>& option_table() {
        "Shared directory for training snapshots, exported as DDP_SNAPSHOT_DIR and created (mode 0700) if missing; "
        "%u user, %j job id, %x job name",
        ArgKind::Required, apply_snapshot_dir},
+      {"ddp-bind", "closest|none",
+       "closest: each task gets its closest GPU, NIC, RDMA device and CPU cores (default); none: no binding",
+       ArgKind::Required, apply_bind},
+      {"ddp-nic", "NAME|auto", "Socket interface for NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME; auto: the closest one "
+       "that reaches MASTER_ADDR", ArgKind::Required, apply_nic},
+      {"ddp-check", nullptr, "Check each node (interface, master, GPUs, snapshot directory) before the program "
+       "starts; a failed check fails the step with the reason", ArgKind::None, apply_check},
   };
   return table;
 }
@@ -114,10 +177,10 @@ const std::vector<OptionSpec>& option_table() {
 void apply_option(Options& options, size_t index, const char* optarg) {
   const auto& table = option_table();
   if (index >= table.size()) throw Error("unknown option index " + std::to_string(index));
-  std::optional<std::string_view> value;
   // srun passes "" for an optional argument left out; sbatch forwards it to the steps as "(null)".
-  if (optarg != nullptr && *optarg != '\0' && std::string_view(optarg) != "(null)") value = std::string_view(optarg);
-  table[index].apply(options, value);
+  const bool left_out = optarg == nullptr || (table[index].arg == ArgKind::Optional &&
+                                              (*optarg == '\0' || std::string_view(optarg) == "(null)"));
+  table[index].apply(options, left_out ? std::nullopt : std::optional<std::string_view>(optarg));
 }
 
 Config parse_config(const std::vector<std::string>& args, std::string_view file) {

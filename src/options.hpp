@@ -14,12 +14,20 @@ namespace ddp {
 enum class Backend { Auto, Gloo, Nccl, Mpi };
 const char* to_string(Backend backend);
 
+// closest: each task gets its closest GPU, NIC, HCA and cores (binding.hpp); none: no GPU or CPU binding, the
+// socket interface is still chosen, since connectivity does not depend on placement.
+enum class BindMode { Closest, None };
+const char* to_string(BindMode mode);
+
 struct Options {
   bool enabled = false;            // --ddp given (and not --ddp=off)
   std::optional<Backend> backend;  // unset: the admin's default_backend
   std::optional<uint16_t> port;    // unset: reserved or hashed port
   bool verbose = false;
   std::optional<std::string> snapshot_dir;  // unset: the admin's snapshot_dir, if any
+  std::optional<BindMode> bind;             // unset: the admin's bind
+  std::optional<std::string> nic;           // unset or "auto": the admin's nic, else chosen per task
+  bool check = false;                       // --ddp-check: node checks before the program starts
 };
 
 enum class ArgKind { None, Required, Optional };
@@ -42,6 +50,9 @@ struct Config {
   PortRange port_range{20000, 29999};
   Backend default_backend = Backend::Auto;
   std::string snapshot_dir;  // template with %u %j %x; empty: none
+  BindMode bind = BindMode::Closest;
+  std::string nic;           // empty: chosen per task
+  std::string topology_xml;  // hwloc XML read instead of the running system; empty: HWLOC_XMLFILE, else the system
 };
 
 // Strict parse of the plugstack.conf arguments: an unknown key, a missing '=' or a bad value throws

@@ -29,6 +29,11 @@ StepPlan plan_step(const StepInfo& step, const Options& options, const Config& c
   plan.step = step;
   plan.backend = options.backend.value_or(config.default_backend);
   plan.verbose = options.verbose;
+  plan.bind = options.bind.value_or(config.bind);
+  plan.nic = options.nic;
+  if (!plan.nic && !config.nic.empty()) plan.nic = config.nic;
+  plan.topology_xml = config.topology_xml;
+  plan.check = options.check;
   plan.master_addr = first_host(step.node_list);
   plan.port = choose_master_port(options.port, step.reserved_ports, step.job_id, step.step_id, config.port_range);
   if (plan.port.source == PortSource::Hashed) check_port_range(config.port_range, ephemeral);
@@ -106,9 +111,10 @@ std::optional<std::string> snapshot_dir_to_prepare(const StepPlan& plan, const E
   return plan.snapshot_dir;
 }
 
-std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env) {
+std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env,
+                         const std::string& placement) {
   return "ddp: rank " + std::to_string(task.rank) + " on " + plan.step.hostname + " (port from " +
-         to_string(plan.port.source) + "): " + env.describe();
+         to_string(plan.port.source) + "): " + env.describe() + (placement.empty() ? "" : " | " + placement);
 }
 
 }  // namespace ddp

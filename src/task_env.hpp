@@ -21,6 +21,10 @@ struct StepPlan {
   PortChoice port;
   std::string snapshot_dir;           // expanded; empty when neither --ddp-snapshot-dir nor snapshot_dir is set
   bool snapshot_dir_explicit = false;  // from --ddp-snapshot-dir: replaces a DDP_SNAPSHOT_DIR of the environment
+  BindMode bind = BindMode::Closest;
+  std::optional<std::string> nic;  // --ddp-nic, else the admin's nic; unset: chosen per task
+  std::string topology_xml;        // the admin's topology_xml; empty: HWLOC_XMLFILE, else the running system
+  bool check = false;
 };
 
 // Throws ddp::Error for a malformed node list, a bad reserved-port variable or an admin port range that
@@ -48,7 +52,8 @@ class TaskEnv {
   void set_default(const std::string& name, std::string value);
 
   const std::vector<EnvVar>& vars() const { return vars_; }
-  std::optional<std::string> value(const std::string& name) const;
+  std::optional<std::string> value(const std::string& name) const;  // as the task will see it
+  std::optional<std::string> user_value(const std::string& name) const { return user_(name); }
   // One line, stable format: "NAME=value ..." with "[user]" after values the user set.
   std::string describe() const;
 
@@ -63,7 +68,8 @@ TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user);
 // DDP_SNAPSHOT_DIR wins over the admin default (then the runtime checks the user's directory itself).
 std::optional<std::string> snapshot_dir_to_prepare(const StepPlan& plan, const EnvLookup& user);
 
-// The --ddp-verbose line of one task.
-std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env);
+// The --ddp-verbose line of one task; `placement` (binding summary) follows a " | " when not empty.
+std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env,
+                         const std::string& placement = "");
 
 }  // namespace ddp

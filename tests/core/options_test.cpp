@@ -69,6 +69,23 @@ TEST(Options, RejectsBadValuesNamingThem) {
   EXPECT_EQ(options.port, 29500);
 }
 
+TEST(Options, BindNicAndCheck) {
+  Options options;
+  apply_option(options, index_of("ddp-bind"), "none");
+  EXPECT_EQ(options.bind, BindMode::None);
+  apply_option(options, index_of("ddp-nic"), "ib0");
+  EXPECT_EQ(options.nic, "ib0");
+  apply_option(options, index_of("ddp-nic"), "auto");
+  EXPECT_FALSE(options.nic.has_value());
+  apply_option(options, index_of("ddp-check"), nullptr);
+  EXPECT_TRUE(options.check);
+  EXPECT_EQ(error_of([&] { apply_option(options, index_of("ddp-bind"), "nearest"); }),
+            "unknown --ddp-bind mode 'nearest'; use closest or none");
+  EXPECT_EQ(error_of([&] { apply_option(options, index_of("ddp-nic"), "eth0;reboot"); }),
+            "--ddp-nic value 'eth0;reboot' is not a network interface name; give one like eth0, or auto");
+  EXPECT_NE(error_of([&] { apply_option(options, index_of("ddp-nic"), "averyveryverylongname0"); }), "");
+}
+
 TEST(Options, EveryOptionIsNamedAndDocumented) {
   for (const OptionSpec& spec : option_table()) {
     EXPECT_EQ(std::string(spec.name).rfind("ddp", 0), 0u) << spec.name;
@@ -82,6 +99,11 @@ TEST(Config, ParsesAdminDefaults) {
   EXPECT_EQ(config.port_range.first, 21000);
   EXPECT_EQ(config.port_range.last, 21999);
   EXPECT_EQ(config.default_backend, Backend::Gloo);
+  const Config binding = parse_config({"bind=none", "nic=ens5", "topology_xml=/etc/slurm/p4d.xml"}, "f");
+  EXPECT_EQ(binding.bind, BindMode::None);
+  EXPECT_EQ(binding.nic, "ens5");
+  EXPECT_EQ(binding.topology_xml, "/etc/slurm/p4d.xml");
+  EXPECT_EQ(parse_config({"nic=auto"}, "f").nic, "");
   const Config defaults = parse_config({}, "x");
   EXPECT_EQ(defaults.port_range.text(), "20000-29999");
   EXPECT_EQ(defaults.default_backend, Backend::Auto);
@@ -91,11 +113,12 @@ TEST(Config, RejectsBadArgumentsNamingKeyValueAndFile) {
   const std::string file = "/etc/slurm/plugstack.conf.d/ddp.conf";
   EXPECT_EQ(error_of([&] { parse_config({"prot_range=1-2"}, file); }),
             "plugstack argument 'prot_range=1-2' in " + file +
-                ": unknown key 'prot_range'; known keys: port_range, default_backend, snapshot_dir");
+                ": unknown key 'prot_range'; known keys: port_range, default_backend, snapshot_dir, bind, nic, topology_xml");
   EXPECT_EQ(error_of([&] { parse_config({"verbose"}, file); }),
-            "plugstack argument 'verbose' in " + file + " is not key=value; known keys: port_range, default_backend, snapshot_dir");
+            "plugstack argument 'verbose' in " + file + " is not key=value; known keys: port_range, default_backend, snapshot_dir, bind, nic, topology_xml");
   for (const char* bad : {"port_range=30000", "port_range=3-2", "port_range=100-200", "port_range=20000-70000",
-                          "port_range=", "default_backend=tcp", "default_backend="}) {
+                          "port_range=", "default_backend=tcp", "default_backend=", "bind=all", "nic=a b",
+                          "topology_xml=p4d.xml"}) {
     const std::string message = error_of([&] { parse_config({bad}, file); });
     EXPECT_NE(message.find("plugstack argument '" + std::string(bad) + "' in " + file + ": bad value"),
               std::string::npos)

@@ -106,6 +106,27 @@ TEST(TaskEnv, BackendAndPortFromOptionsOrAdminDefaults) {
   EXPECT_EQ(plan.port.source, PortSource::User);
 }
 
+TEST(TaskEnv, BindingChoicesFromOptionsOrAdminDefaults) {
+  Config config;
+  config.bind = BindMode::None;
+  config.nic = "ens5";
+  config.topology_xml = "/etc/slurm/node.xml";
+  Options options = ddp_on();
+  StepPlan plan = plan_step(two_by_two(0), options, config, kEphemeral);
+  EXPECT_EQ(plan.bind, BindMode::None);
+  EXPECT_EQ(plan.nic, "ens5");
+  EXPECT_EQ(plan.topology_xml, "/etc/slurm/node.xml");
+  EXPECT_FALSE(plan.check);
+  options.bind = BindMode::Closest;
+  options.nic = "ib0";
+  options.check = true;
+  plan = plan_step(two_by_two(0), options, config, kEphemeral);
+  EXPECT_EQ(plan.bind, BindMode::Closest);
+  EXPECT_EQ(plan.nic, "ib0");
+  EXPECT_TRUE(plan.check);
+  EXPECT_EQ(plan_step(two_by_two(0), ddp_on(), Config{}, kEphemeral).nic, std::nullopt);
+}
+
 TEST(TaskEnv, ReservedPortsFromSlurm) {
   StepInfo step = two_by_two(0);
   step.reserved_ports = "12010-12011";

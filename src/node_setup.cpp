@@ -1,0 +1,122 @@
+#include "node_setup.hpp"
+
+#include "doctor/node_checks.hpp"
+#include "error.hpp"
+#include "id_list.hpp"
+
+namespace ddp {
+namespace {
+
+void restrict_to_step_cores(NodeSetup& node, const std::string& step_cores) {
+  if (step_cores.empty()) {
+    node.allowed_cpus_note = "Slurm gave no core list";
+    return;
+  }
+  try {
+    node.allowed_cpus = cpus_of_cores(*node.hardware, parse_id_list(step_cores, "S_STEP_ALLOC_CORES"));
+  } catch (const Error& e) {
+    // Slurm's node definition claims cores hwloc does not see (e.g. config_overrides): the task's own affinity,
+    // which apply_cpu_binding respects, is then the only limit.
+    node.allowed_cpus_note = e.what();
+  }
+}
+
+void export_binding(TaskEnv& env, const EnvPairs& pairs) {
+  const bool gres_gpus = env.user_value("SLURM_STEP_GPUS").has_value();
+  for (const auto& [name, value] : pairs) {
+    if (gres_gpus && (name == "CUDA_VISIBLE_DEVICES" || name == "CUDA_DEVICE_ORDER")) {
+      env.set(name, value);
+    } else {
+      env.set_default(name, value);
+    }
+  }
+}
+
+std::string gpu_summary(const NodeHardware& hw, const TaskPlacement& placement) {
+  if (!placement.gpu) return "gpu=none";
+  std::string text = "gpu=cuda:" + std::to_string(placement.cuda_index) + "(" + hw.gpus[*placement.gpu].pci_bus_id + ")";
+  if (placement.nic) {
+    text += " nic=" + hw.nets[*placement.nic].name + "(" + to_string(*placement.nic_closeness) + ")";
+  }
+  if (placement.hca) {
+    text += " hca=" + hw.rdma[*placement.hca].name + "(" + to_string(*placement.hca_closeness) + ")";
+  }
+  return text;
+}
+
+std::string join_results(const std::vector<doctor::CheckResult>& results, doctor::Status status) {
+  std::string line;
+  for (const doctor::CheckResult& result : results) {
+    if (result.status != status) continue;
+    line += (line.empty() ? "" : "; ") + result.check + ": " + result.value;
+    if (!result.detail.empty()) line += " (" + result.detail + ")";
+  }
+  return line;
+}
+
+}  // namespace
+
+NodeSetup setup_node(const StepPlan& plan, const std::string& master_ip, const std::string& step_cores,
+                     const std::optional<std::string>& hwloc_xmlfile) {
+  NodeSetup node;
+  node.network = read_network(master_ip);
+  if (plan.bind == BindMode::None) return node;
+  std::optional<std::string> xml = hwloc_xmlfile;
+  if (!plan.topology_xml.empty()) xml = plan.topology_xml;
+  try {
+    node.hardware = load_node_hardware(xml);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "; run the step with --ddp-bind=none to skip topology binding");
+  }
+  restrict_to_step_cores(node, step_cores);
+  return node;
+}
+
+TaskBinding bind_task(const NodeSetup& node, const StepPlan& plan, const TaskInfo& task, TaskEnv& env) {
+  const bool multi_node = plan.step.num_nodes > 1;
+  TaskBinding binding;
+  if (!node.hardware) {
+    const SocketInterface socket = choose_socket_interface(node.network, std::nullopt, plan.nic, multi_node);
+    export_binding(env, {{"NCCL_SOCKET_IFNAME", socket.name}, {"GLOO_SOCKET_IFNAME", socket.name}});
+    binding.summary = "bind=none socket=" + socket.name + "(" + to_string(socket.reason) + ")";
+    return binding;
+  }
+  const NodeHardware& hw = *node.hardware;
+  const GpuAllocation gpus = gpu_allocation_from_slurm(env.user_value("SLURM_STEP_GPUS"),
+                                                       env.user_value("CUDA_VISIBLE_DEVICES"));
+  const NodePlan node_plan = plan_node(hw, PlanRequest{plan.step.local_tasks, gpus, node.allowed_cpus});
+  const TaskPlacement& placement = node_plan.tasks.at(task.local_rank);
+  std::optional<std::string> closest_nic;
+  if (placement.nic) closest_nic = hw.nets[*placement.nic].name;
+  const SocketInterface socket = choose_socket_interface(node.network, closest_nic, plan.nic, multi_node);
+  export_binding(env, binding_env(node_plan, task.local_rank, socket.name));
+  // A topology read from a file describes another machine: its CPU ids mean nothing here.
+  if (hw.this_system) binding.cpus = placement.cpus;
+  binding.summary = gpu_summary(hw, placement) + " cpus=" + format_id_list(placement.cpus) +
+                    (hw.this_system ? "" : "(not bound: topology from " + hw.source + ")") + " socket=" + socket.name +
+                    "(" + to_string(socket.reason) + ")";
+  if (!node.allowed_cpus_note.empty()) binding.summary += " step-cores-unknown(" + node.allowed_cpus_note + ")";
+  return binding;
+}
+
+CheckOutcome check_node(const StepPlan& plan, const TaskEnv& env) {
+  doctor::NodeCheckRequest request;
+  request.master_addr = plan.master_addr;
+  request.interface = env.value("GLOO_SOCKET_IFNAME");
+  request.env = [&env](const std::string& name) {
+    const auto exported = env.value(name);
+    return exported ? exported : env.user_value(name);
+  };
+  request.snapshot_dir = env.value("DDP_SNAPSHOT_DIR").value_or(env.user_value("DDP_SNAPSHOT_DIR").value_or(""));
+  request.cuda_visible_devices = env.value("CUDA_VISIBLE_DEVICES");
+  if (!request.cuda_visible_devices) request.cuda_visible_devices = env.user_value("CUDA_VISIBLE_DEVICES");
+  request.needs_gpu = plan.backend == Backend::Nccl;
+  const std::vector<doctor::CheckResult> results = doctor::run_node_checks(request);
+  CheckOutcome outcome;
+  outcome.failures = join_results(results, doctor::Status::Fail);
+  outcome.warnings = join_results(results, doctor::Status::Warn);
+  for (const doctor::CheckResult& result : results) outcome.passed += result.status == doctor::Status::Ok;
+  return outcome;
+}
+
+}  // namespace ddp

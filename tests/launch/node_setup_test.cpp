@@ -1,0 +1,183 @@
+#include "node_setup.hpp"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "error.hpp"
+
+namespace ddp {
+namespace {
+
+const std::string kP4d = std::string(DDP_TOPOLOGY_DATA) + "/aws-p4d.24xlarge.xml";
+
+Interface up_interface(const std::string& name, const char* address, unsigned prefix) {
+  Interface interface;
+  interface.name = name;
+  interface.up = true;
+  IpAddress ip;
+  ip.family = AF_INET;
+  inet_pton(AF_INET, address, ip.bytes.data());
+  ip.prefix_length = prefix;
+  interface.addresses = {ip};
+  return interface;
+}
+
+// A p4d.24xlarge as AWS sets it up: four ENAs in the VPC subnet, the master another node of it.
+NodeSetup p4d_node() {
+  NodeSetup node;
+  node.hardware = load_node_hardware(kP4d);
+  node.network.interfaces = {up_interface("ens129", "10.0.3.7", 16), up_interface("ens161", "10.0.4.7", 16),
+                             up_interface("ens32", "10.0.1.7", 16), up_interface("ens65", "10.0.2.7", 16)};
+  node.network.master_address = "10.0.9.9";
+  node.network.route = "ens32";
+  return node;
+}
+
+StepPlan step_plan(unsigned local_tasks, BindMode bind = BindMode::Closest) {
+  StepPlan plan;
+  plan.step.num_nodes = 2;
+  plan.step.num_tasks = 2 * local_tasks;
+  plan.step.local_tasks = local_tasks;
+  plan.master_addr = "node1";
+  plan.bind = bind;
+  return plan;
+}
+
+EnvLookup user_env(std::map<std::string, std::string> values) {
+  return [values](const std::string& name) -> std::optional<std::string> {
+    const auto found = values.find(name);
+    return found == values.end() ? std::nullopt : std::optional<std::string>(found->second);
+  };
+}
+
+const EnvVar& var(const TaskEnv& env, const std::string& name) {
+  for (const EnvVar& v : env.vars()) {
+    if (v.name == name) return v;
+  }
+  throw std::runtime_error("no " + name);
+}
+
+TEST(NodeSetup, P4dTasksGetTheirGpuAndTheEnaBesideIt) {
+  const NodeSetup node = p4d_node();
+  const StepPlan plan = step_plan(8);
+  // lstopo: each host bridge holds 2 GPUs, one ENA and one EFA, in bus order ens32, ens65, ens129, ens161.
+  const std::vector<std::string> enas = {"ens32", "ens32", "ens65", "ens65", "ens129", "ens129", "ens161", "ens161"};
+  for (unsigned local = 0; local < 8; ++local) {
+    TaskEnv env(user_env({}));
+    const TaskBinding binding = bind_task(node, plan, {8 + local, local}, env);
+    EXPECT_EQ(env.value("CUDA_VISIBLE_DEVICES"), "0,1,2,3,4,5,6,7");
+    EXPECT_EQ(env.value("NCCL_SOCKET_IFNAME"), enas[local]) << local;
+    EXPECT_EQ(env.value("GLOO_SOCKET_IFNAME"), enas[local]) << local;
+    EXPECT_EQ(env.value("FI_PROVIDER"), "efa");
+    EXPECT_EQ(env.value("FI_EFA_USE_DEVICE_RDMA"), "1");
+    // A topology from a file describes another machine: nothing is bound here.
+    EXPECT_TRUE(binding.cpus.empty());
+    EXPECT_NE(binding.summary.find("gpu=cuda:" + std::to_string(local) + "("), std::string::npos) << binding.summary;
+    EXPECT_NE(binding.summary.find("socket=" + enas[local] + "(closest NIC)"), std::string::npos) << binding.summary;
+    EXPECT_NE(binding.summary.find("not bound: topology from " + kP4d), std::string::npos) << binding.summary;
+  }
+}
+
+TEST(NodeSetup, SlurmsGpuListIsReplacedButTheUsersInterfaceIsKept) {
+  const NodeSetup node = p4d_node();
+  const StepPlan plan = step_plan(2);
+  TaskEnv env(user_env({{"SLURM_STEP_GPUS", "6,7"}, {"CUDA_VISIBLE_DEVICES", "6,7"}, {"NCCL_SOCKET_IFNAME", "ens32"}}));
+  bind_task(node, plan, {1, 1}, env);
+  const NodePlan expected = plan_node(*node.hardware, PlanRequest{2, gpu_allocation_from_slurm("6,7", "6,7"), {}});
+  EXPECT_EQ(var(env, "CUDA_VISIBLE_DEVICES").value, expected.cuda_visible_devices);
+  EXPECT_EQ(var(env, "CUDA_VISIBLE_DEVICES").origin, Origin::Plugin);
+  EXPECT_EQ(var(env, "NCCL_SOCKET_IFNAME").value, "ens32");
+  EXPECT_EQ(var(env, "NCCL_SOCKET_IFNAME").origin, Origin::User);
+  // GPUs 6 and 7 share the fourth host bridge with ens161.
+  EXPECT_EQ(var(env, "GLOO_SOCKET_IFNAME").value, "ens161");
+}
+
+TEST(NodeSetup, AUsersGpuListWithoutGresIsKept) {
+  const NodeSetup node = p4d_node();
+  TaskEnv env(user_env({{"CUDA_VISIBLE_DEVICES", "3"}}));
+  bind_task(node, step_plan(1), {0, 0}, env);
+  EXPECT_EQ(var(env, "CUDA_VISIBLE_DEVICES").value, "3");
+  EXPECT_EQ(var(env, "CUDA_VISIBLE_DEVICES").origin, Origin::User);
+}
+
+TEST(NodeSetup, BindNoneExportsOnlyTheSocketInterface) {
+  NodeSetup node = p4d_node();
+  node.hardware.reset();
+  TaskEnv env(user_env({}));
+  const TaskBinding binding = bind_task(node, step_plan(2, BindMode::None), {0, 0}, env);
+  std::vector<std::string> names;
+  for (const EnvVar& v : env.vars()) names.push_back(v.name + "=" + v.value);
+  EXPECT_EQ(names, (std::vector<std::string>{"NCCL_SOCKET_IFNAME=ens32", "GLOO_SOCKET_IFNAME=ens32"}));
+  EXPECT_TRUE(binding.cpus.empty());
+  EXPECT_EQ(binding.summary, "bind=none socket=ens32(route to master)");
+}
+
+TEST(NodeSetup, NicOverrideIsCheckedAndNamed) {
+  const NodeSetup node = p4d_node();
+  StepPlan plan = step_plan(8);
+  plan.nic = "ens65";
+  TaskEnv env(user_env({}));
+  bind_task(node, plan, {0, 0}, env);
+  EXPECT_EQ(env.value("NCCL_SOCKET_IFNAME"), "ens65");
+  plan.nic = "ib7";
+  TaskEnv bad(user_env({}));
+  try {
+    bind_task(node, plan, {0, 0}, bad);
+    FAIL() << "accepted a missing interface";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'ib7'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ens161"), std::string::npos) << e.what();
+  }
+}
+
+TEST(NodeSetup, PerNodeSetupReadsTheRouteTheTopologyAndTheStepsCores) {
+  StepPlan plan = step_plan(2);
+  plan.topology_xml = kP4d;
+  const NodeSetup node = setup_node(plan, "127.0.0.1", "0-1,24", std::nullopt);
+  EXPECT_EQ(node.network.route, "lo");
+  ASSERT_TRUE(node.hardware);
+  EXPECT_EQ(node.hardware->source, kP4d);
+  // p4d numbers PUs n and n+48 as the two threads of core n.
+  EXPECT_EQ(node.allowed_cpus, (std::vector<unsigned>{0, 1, 24, 48, 49, 72}));
+  EXPECT_TRUE(node.allowed_cpus_note.empty());
+
+  const NodeSetup unknown = setup_node(plan, "127.0.0.1", "0-500", std::nullopt);
+  EXPECT_FALSE(unknown.allowed_cpus);
+  EXPECT_FALSE(unknown.allowed_cpus_note.empty());
+  EXPECT_FALSE(setup_node(step_plan(1, BindMode::None), "127.0.0.1", "0", std::nullopt).hardware);
+}
+
+TEST(NodeSetup, RunningSystemBindsCpusItMayUse) {
+  const StepPlan plan = step_plan(1);
+  const NodeSetup node = setup_node(plan, "127.0.0.1", "", std::nullopt);
+  ASSERT_TRUE(node.hardware);
+  EXPECT_TRUE(node.hardware->this_system);
+  TaskEnv env(user_env({}));
+  const TaskBinding binding = bind_task(node, plan, {0, 0}, env);
+  EXPECT_FALSE(binding.cpus.empty());
+  EXPECT_FALSE(apply_cpu_binding(0, binding.cpus).empty());
+}
+
+TEST(NodeSetup, NodeChecksFailOnAnUnwritableSnapshotDirectory) {
+  StepPlan plan = step_plan(1);
+  plan.master_addr = "localhost";
+  char dir[] = "/tmp/ddp-launch-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  TaskEnv good(user_env({{"DDP_SNAPSHOT_DIR", dir}}));
+  const CheckOutcome fine = check_node(plan, good);
+  EXPECT_EQ(fine.failures, "");
+  EXPECT_GT(fine.passed, 0u);
+  TaskEnv bad(user_env({{"DDP_SNAPSHOT_DIR", std::string(dir) + "/missing/deeper"}}));
+  const CheckOutcome failed = check_node(plan, bad);
+  EXPECT_NE(failed.failures.find("storage.dir"), std::string::npos) << failed.failures;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ddp
