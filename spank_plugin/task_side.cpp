@@ -130,7 +130,8 @@ void check_this_node(const ddp::StepPlan& plan, const ddp::TaskInfo& task, const
   if (task.local_rank != 0) return;
   if (!outcome.warnings.empty()) {
     std::fprintf(stderr, "ddp: --ddp-check warnings on %s: %s\n", plan.step.hostname.c_str(), outcome.warnings.c_str());
-  } else if (plan.verbose) {
+  }
+  if (plan.verbose) {
     std::fprintf(stderr, "ddp: --ddp-check on %s: %zu checks passed\n", plan.step.hostname.c_str(), outcome.passed);
   }
 }

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Topology binding on the test cluster (issue 3): the socket interface is the one that reaches the master
+# (eth0, not the second NIC eth1), --ddp-nic overrides it and a bad name fails the step; tasks of a node get
+# disjoint CPU sets within what Slurm allowed (none with --ddp-bind=none); a node without GPUs gets CPU binding and
+# a NIC only; a saved hwloc export (HWLOC_XMLFILE) is planned but binds nothing; --ddp-check runs the node checks.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+[ -n "$DDP_PLUGIN" ] || skip "the plugin is not built"
+# shellcheck disable=SC2016  # expanded by the task's shell
+show='echo "$(hostname) $SLURM_PROCID nccl=${NCCL_SOCKET_IFNAME-} gloo=${GLOO_SOCKET_IFNAME-} cuda=${CUDA_VISIBLE_DEVICES-unset} fi=${FI_PROVIDER-unset} cpus=$(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"'
+
+check_interface_reaching_master() {
+  local out
+  out=$(run_on_cluster srun --ddp -N2 --ntasks-per-node=2 sh -c "$show")
+  assert_eq 4 "$(echo "$out" | grep -c ' nccl=eth0 gloo=eth0 cuda=unset fi=unset ')" "eth0 on every task, no GPU variables: $out"
+}
+
+check_cpu_binding() {
+  local out node all
+  all=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+  out=$(run_on_cluster srun --ddp -N2 --ntasks-per-node=2 sh -c "$show")
+  for node in node1 node2; do
+    # Disjoint sets that together cover the node's CPUs (this VM's CPUs, shared by the namespace nodes).
+    local sets
+    sets=$(echo "$out" | awk -v n="$node" '$1 == n {sub("cpus=", "", $NF); print $NF}' | sort)
+    assert_eq 2 "$(echo "$sets" | sort -u | wc -l)" "two different CPU sets on $node: $out"
+    [ "$(echo "$sets" | paste -sd, - | tr ',' '\n' | sort -u | wc -l)" -eq "$(echo "$sets" | paste -sd, - | tr ',' '\n' | wc -l)" ] ||
+      fail "CPU sets overlap on $node: $sets"
+  done
+  out=$(run_on_cluster srun --ddp --ddp-bind=none -N2 --ntasks-per-node=2 sh -c "$show")
+  assert_eq 4 "$(echo "$out" | grep -c " cpus=$all\$")" "--ddp-bind=none leaves the affinity alone: $out"
+}
+
+check_nic_override() {
+  local out script
+  out=$(run_on_cluster srun --ddp --ddp-nic=eth1 -N2 -n2 sh -c "$show")
+  assert_eq 2 "$(echo "$out" | grep -c ' nccl=eth1 gloo=eth1 ')" "--ddp-nic=eth1: $out"
+  # PyTorch's Gloo over the second NIC: the store on eth0's route, the data over eth1.
+  script=$(stage "$(dirname "$0")/allreduce.py")
+  out=$(run_on_cluster timeout 120 srun --ddp --ddp-nic=eth1 -N2 -n2 /usr/bin/python3 "$script" 2>&1) ||
+    fail "Gloo over eth1 failed: $out"
+  assert_eq 2 "$(echo "$out" | grep -c 'sum=3 expected=3 OK')" "all-reduce over eth1: $out"
+  assert_fails "a missing interface" run_on_cluster srun --ddp --ddp-nic=eth9 -N2 -n2 true
+  assert_contains "$FAILED_OUTPUT" "ddp: " "prefix"
+  assert_contains "$FAILED_OUTPUT" "'eth9'" "the bad name"
+  assert_contains "$FAILED_OUTPUT" "eth1 (up)" "the interfaces there are"
+}
+
+check_saved_topology() {
+  local xml out
+  xml=$(stage "$DDP_SOURCE_DIR/tests/topology/data/aws-p4d.24xlarge.xml")
+  out=$(run_on_cluster env HWLOC_XMLFILE="$xml" srun --ddp --ddp-verbose -N1 -n2 sh -c "$show" 2>&1)
+  # Two tasks of eight GPUs: one per socket (GPUs 0 and 4), listed first so that task r uses cuda:r.
+  assert_eq 2 "$(echo "$out" | grep -c ' cuda=0,4,1,2,3,5,6,7 fi=efa ')" "GPU and EFA variables from the p4d export: $out"
+  assert_contains "$out" "gpu=cuda:1(0000:90:" "the second task's GPU is on the second socket"
+  assert_contains "$out" "not bound: topology from $xml" "the verbose line says nothing was bound"
+  assert_contains "$out" "gpu=cuda:0(" "the verbose line shows the task's GPU"
+}
+
+check_node_checks() {
+  local out
+  out=$(run_on_cluster srun --ddp --ddp-check --ddp-verbose --ddp-snapshot-dir="$TEST_DIR/snap" -N2 -n2 true 2>&1) ||
+    fail "--ddp-check on healthy nodes: $out"
+  assert_eq 2 "$(echo "$out" | grep -c -- '--ddp-check on node[12]: [0-9]* checks passed')" "checks passed on both nodes: $out"
+  # The NCCL backend needs a GPU, which these nodes do not have: the step fails before the program, with the reason.
+  assert_fails "nccl without GPUs" run_on_cluster srun --ddp=nccl --ddp-check -N2 -n2 true
+  assert_contains "$FAILED_OUTPUT" "ddp: --ddp-check failed on node" "check failure line"
+  assert_contains "$FAILED_OUTPUT" "gpu.visible" "the failed check"
+}
+
+check_interface_reaching_master
+check_cpu_binding
+check_nic_override
+check_saved_topology
+check_node_checks
+pass "socket interface, --ddp-nic, CPU binding, saved topology, --ddp-check"
