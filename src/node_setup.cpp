@@ -3,6 +3,7 @@
 #include "doctor/node_checks.hpp"
 #include "error.hpp"
 #include "id_list.hpp"
+#include "topology_cache.hpp"
 
 namespace ddp {
 namespace {
@@ -19,6 +20,20 @@ void restrict_to_step_cores(NodeSetup& node, const std::string& step_cores) {
     // which apply_cpu_binding respects, is then the only limit.
     node.allowed_cpus_note = e.what();
   }
+}
+
+NodeHardware load_hardware(const StepPlan& plan, const std::optional<std::string>& hwloc_xmlfile) {
+  std::optional<std::string> xml = hwloc_xmlfile;
+  if (!plan.topology_xml.empty()) xml = plan.topology_xml;
+  if (xml || plan.topology_cache.empty()) return load_node_hardware(xml);
+  if (const auto cached = trusted_topology_cache(plan.topology_cache)) {
+    try {
+      return load_system_hardware_from(*cached);
+    } catch (const Error&) {
+      // A damaged cache costs only speed: probe the system as if there were none.
+    }
+  }
+  return load_node_hardware(std::nullopt);
 }
 
 void export_binding(TaskEnv& env, const EnvPairs& pairs) {
@@ -61,15 +76,21 @@ NodeSetup setup_node(const StepPlan& plan, const std::string& master_ip, const s
   NodeSetup node;
   node.network = read_network(master_ip);
   if (plan.bind == BindMode::None) return node;
-  std::optional<std::string> xml = hwloc_xmlfile;
-  if (!plan.topology_xml.empty()) xml = plan.topology_xml;
   try {
-    node.hardware = load_node_hardware(xml);
+    node.hardware = load_hardware(plan, hwloc_xmlfile);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + "; run the step with --ddp-bind=none to skip topology binding");
   }
   restrict_to_step_cores(node, step_cores);
   return node;
+}
+
+std::optional<std::string> topology_cache_to_fill(const Options& options, const Config& config) {
+  if (!options.enabled || options.bind.value_or(config.bind) != BindMode::Closest || !config.topology_xml.empty() ||
+      config.topology_cache.empty()) {
+    return std::nullopt;
+  }
+  return config.topology_cache;
 }
 
 TaskBinding bind_task(const NodeSetup& node, const StepPlan& plan, const TaskInfo& task, TaskEnv& env) {

@@ -26,6 +26,10 @@ struct NodeSetup {
 NodeSetup setup_node(const StepPlan& plan, const std::string& master_ip, const std::string& step_cores,
                      const std::optional<std::string>& hwloc_xmlfile);
 
+// The topology cache directory to fill before privileges are dropped (topology_cache.hpp), when this step will
+// read the running system's topology; nullopt otherwise.
+std::optional<std::string> topology_cache_to_fill(const Options& options, const Config& config);
+
 struct TaskBinding {
   std::vector<unsigned> cpus;  // to bind the task to; empty: leave Slurm's affinity as it is
   std::string summary;         // "gpu=... cpus=... socket=eth0 (route)", for --ddp-verbose

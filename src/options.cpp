@@ -112,6 +112,15 @@ void set_topology_xml(Config& config, std::string_view value) {
   config.topology_xml = std::string(value);
 }
 
+void set_topology_cache(Config& config, std::string_view value) {
+  if (value == "none") {
+    config.topology_cache.clear();
+    return;
+  }
+  if (value.size() < 2 || value[0] != '/') throw Error("not an absolute path");
+  config.topology_cache = std::string(value);
+}
+
 void set_default_backend(Config& config, std::string_view value) {
   const auto backend = backend_named(value);
   if (!backend) throw Error("unknown backend");
@@ -126,6 +135,7 @@ const std::vector<ConfigKey>& config_keys() {
       {"bind", "closest|none", set_bind},
       {"nic", "an interface name, or auto", set_nic},
       {"topology_xml", "an absolute path to an hwloc XML export (lstopo --of xml)", set_topology_xml},
+      {"topology_cache", "a root-owned directory for the per-boot topology export, or none", set_topology_cache},
   };
   return keys;
 }

@@ -53,6 +53,7 @@ struct Config {
   BindMode bind = BindMode::Closest;
   std::string nic;           // empty: chosen per task
   std::string topology_xml;  // hwloc XML read instead of the running system; empty: HWLOC_XMLFILE, else the system
+  std::string topology_cache = "/run/slurm-ddp";  // per-boot export of the system's topology; empty: none
 };
 
 // Strict parse of the plugstack.conf arguments: an unknown key, a missing '=' or a bad value throws

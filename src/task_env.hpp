@@ -24,6 +24,7 @@ struct StepPlan {
   BindMode bind = BindMode::Closest;
   std::optional<std::string> nic;  // --ddp-nic, else the admin's nic; unset: chosen per task
   std::string topology_xml;        // the admin's topology_xml; empty: HWLOC_XMLFILE, else the running system
+  std::string topology_cache;      // the admin's topology_cache; empty: none
   bool check = false;
 };
 

@@ -33,14 +33,38 @@ using TopologyPtr = std::unique_ptr<hwloc_topology, decltype(&hwloc_topology_des
 
 std::string system_error_text() { return errno != 0 ? std::strerror(errno) : "unknown error"; }
 
-TopologyPtr load_topology(const std::optional<std::string>& xml_path) {
+// hwloc dlopens every plugin of its plugin directory at each topology init (and unloads them at destroy), GL and
+// OpenCL with their X11 and ICD libraries, although all are blacklisted below. In a fresh slurmstepd that cost
+// more than everything else --ddp does. Pointing hwloc at no plugin directory for the init avoids it; the
+// environment is slurmstepd's own (not the tasks'), and a value the admin set is left alone.
+class WithoutHwlocPlugins {
+ public:
+  WithoutHwlocPlugins() : set_(std::getenv("HWLOC_PLUGINS_PATH") == nullptr) {
+    if (set_) setenv("HWLOC_PLUGINS_PATH", "/nonexistent/slurm-ddp-no-hwloc-plugins", 0);
+  }
+  ~WithoutHwlocPlugins() {
+    if (set_) unsetenv("HWLOC_PLUGINS_PATH");
+  }
+  WithoutHwlocPlugins(const WithoutHwlocPlugins&) = delete;
+  WithoutHwlocPlugins& operator=(const WithoutHwlocPlugins&) = delete;
+
+ private:
+  bool set_;
+};
+
+TopologyPtr load_topology(const std::optional<std::string>& xml_path, bool xml_is_this_system = false) {
   hwloc_topology_t raw = nullptr;
-  if (hwloc_topology_init(&raw) != 0) throw Error("hwloc could not start: " + system_error_text());
+  const int rc = [&] {
+    const WithoutHwlocPlugins no_plugins;
+    return hwloc_topology_init(&raw);
+  }();
+  if (rc != 0) throw Error("hwloc could not start: " + system_error_text());
   TopologyPtr topology(raw, hwloc_topology_destroy);
   // The default filter drops every PCI and OS device, and with them the GPUs and NICs this is all about.
   hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   // Slurm numbers cores over the whole machine; a topology restricted to this process's cgroup would not.
-  hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
+  hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED |
+                                    (xml_is_this_system ? HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM : 0UL));
   // Linux's sysfs gives every PCI, network and RDMA device needed here. The plugins would load libpciaccess
   // (which leaks about 1 KiB per load in hwloc 2.9), OpenCL and CUDA drivers, or open X displays, inside
   // slurmstepd: not for a device list.
@@ -432,6 +456,21 @@ std::vector<std::pair<std::string, unsigned>> read_nvidia_device_numbers(const s
   }
   std::sort(numbers.begin(), numbers.end());
   return numbers;
+}
+
+void export_system_topology(const std::string& path) {
+  const TopologyPtr topology = load_topology(std::nullopt);
+  if (hwloc_topology_export_xml(topology.get(), path.c_str(), 0) != 0) {
+    throw Error("cannot write the topology to " + quote(path) + ": " + system_error_text());
+  }
+}
+
+NodeHardware load_system_hardware_from(const std::string& exported) {
+  const TopologyPtr topology = load_topology(exported, true);
+  NodeHardware hw = Inventory(topology.get()).take("this system (" + exported + ")");
+  hw.this_system = true;
+  apply_driver_device_numbers(hw);
+  return hw;
 }
 
 NodeHardware load_node_hardware(const std::optional<std::string>& xml_path) {

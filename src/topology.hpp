@@ -91,6 +91,11 @@ struct NodeHardware {
 // is loaded, else from PCI bus order. Throws ddp::Error naming the file or hwloc's failure.
 NodeHardware load_node_hardware(const std::optional<std::string>& xml_path = std::nullopt);
 
+// The running system's topology written to `path` as hwloc XML, and read back as this system (CPU binding and
+// driver device numbers apply): reading the XML costs a fraction of probing sysfs again (topology_cache.hpp).
+void export_system_topology(const std::string& path);
+NodeHardware load_system_hardware_from(const std::string& exported);
+
 // The /dev/nvidiaN number of each GPU the NVIDIA driver lists under `proc_dir`, by PCI bus id ("Device Minor:"
 // of each `information` file). Empty when the driver is not loaded. Bounded: one small read per GPU directory.
 std::vector<std::pair<std::string, unsigned>> read_nvidia_device_numbers(

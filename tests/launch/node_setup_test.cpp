@@ -9,7 +9,10 @@
 #include <filesystem>
 #include <map>
 
+#include <fstream>
+
 #include "error.hpp"
+#include "topology_cache.hpp"
 
 namespace ddp {
 namespace {
@@ -177,6 +180,84 @@ TEST(NodeSetup, NodeChecksFailOnAnUnwritableSnapshotDirectory) {
   const CheckOutcome failed = check_node(plan, bad);
   EXPECT_NE(failed.failures.find("storage.dir"), std::string::npos) << failed.failures;
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ddp
+
+namespace ddp {
+namespace {
+
+class TopologyCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char name[] = "/tmp/ddp-topocache-XXXXXX";
+    ASSERT_NE(mkdtemp(name), nullptr);
+    root_ = name;
+    dir_ = root_ + "/cache";
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+  std::string root_, dir_;
+};
+
+TEST_F(TopologyCacheTest, FileNameCarriesTheBootId) {
+  const std::string boot_id = root_ + "/boot_id";
+  std::ofstream(boot_id) << "4f9c2d1e-8a7b-4c3d-9e2f-1a2b3c4d5e6f\n";
+  EXPECT_EQ(topology_cache_file("/run/slurm-ddp", boot_id),
+            "/run/slurm-ddp/topology-v1-4f9c2d1e-8a7b-4c3d-9e2f-1a2b3c4d5e6f.xml");
+  std::ofstream(boot_id) << "../../etc/passwd\n";
+  EXPECT_EQ(topology_cache_file("/run/slurm-ddp", boot_id), std::nullopt);
+  EXPECT_EQ(topology_cache_file("/run/slurm-ddp", root_ + "/missing"), std::nullopt);
+}
+
+TEST_F(TopologyCacheTest, ExportIsReadBackAsThisSystem) {
+  if (geteuid() != 0) GTEST_SKIP() << "the cache is root's";
+  EXPECT_EQ(trusted_topology_cache(dir_), std::nullopt);
+  ensure_topology_cache(dir_);
+  const auto file = trusted_topology_cache(dir_);
+  ASSERT_TRUE(file);
+  EXPECT_EQ(std::filesystem::status(*file).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms(0644));
+  const NodeHardware probed = load_node_hardware();
+  const NodeHardware cached = load_system_hardware_from(*file);
+  EXPECT_TRUE(cached.this_system);
+  EXPECT_EQ(cached.cores, probed.cores);
+  EXPECT_EQ(cached.gpus.size(), probed.gpus.size());
+  EXPECT_EQ(cached.nets.size(), probed.nets.size());
+
+  StepPlan plan = step_plan(1);
+  plan.topology_cache = dir_;
+  const NodeSetup node = setup_node(plan, "127.0.0.1", "", std::nullopt);
+  EXPECT_EQ(node.hardware->source, "this system (" + *file + ")");
+  EXPECT_TRUE(node.hardware->this_system);
+}
+
+TEST_F(TopologyCacheTest, UntrustedFilesAreIgnored) {
+  if (geteuid() != 0) GTEST_SKIP() << "the cache is root's";
+  ensure_topology_cache(dir_);
+  const std::string file = *topology_cache_file(dir_);
+  ASSERT_EQ(chown(file.c_str(), 65534, 65534), 0);  // a file someone else wrote
+  EXPECT_EQ(trusted_topology_cache(dir_), std::nullopt);
+  ASSERT_EQ(chown(file.c_str(), 0, 0), 0);
+  ASSERT_EQ(chmod(dir_.c_str(), 0777), 0);  // a directory anyone could write into
+  EXPECT_EQ(trusted_topology_cache(dir_), std::nullopt);
+  EXPECT_THROW(ensure_topology_cache(root_ + "/missing/parent"), Error);
+}
+
+TEST(TopologyCacheChoice, OnlyForStepsThatProbeTheSystem) {
+  Options options;
+  options.enabled = true;
+  Config config;
+  EXPECT_EQ(topology_cache_to_fill(options, config), "/run/slurm-ddp");
+  options.bind = BindMode::None;
+  EXPECT_EQ(topology_cache_to_fill(options, config), std::nullopt);
+  options.bind.reset();
+  config.topology_xml = "/etc/slurm/node.xml";
+  EXPECT_EQ(topology_cache_to_fill(options, config), std::nullopt);
+  config.topology_xml.clear();
+  config.topology_cache.clear();
+  EXPECT_EQ(topology_cache_to_fill(options, config), std::nullopt);
+  EXPECT_EQ(topology_cache_to_fill(Options{}, Config{}), std::nullopt);
 }
 
 }  // namespace
