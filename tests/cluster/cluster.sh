@@ -248,10 +248,17 @@ unmount_state() {
   [ -z "$(mounts_under_dir)" ] || die "mounts remain under $DIR (see findmnt); not deleting it"
 }
 
+# The plugin's per-boot topology cache (its default topology_cache): written by the steps of this cluster.
+remove_topology_cache() {
+  rm -f /run/slurm-ddp/topology-v1-*.xml /run/slurm-ddp/topology-v1-*.xml.tmp.*
+  rmdir /run/slurm-ddp 2>/dev/null || true
+}
+
 teardown() {
   kill_all
   remove_network
   remove_hosts_lines
+  remove_topology_cache
   if [ -d "$DIR" ]; then
     unmount_state
     rm -rf "$DIR"
