@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "ddp_runtime/cli.hpp"
+#include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/launch.hpp"
 #include "ddp_runtime/trainer.hpp"
 #include "error.hpp"

@@ -7,17 +7,12 @@
 
 #include <stdexcept>
 
+#include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
 #include "error.hpp"
 
 namespace ddp::runtime {
 namespace {
-
-std::string first_line(const std::exception& e) {
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-  std::string text = torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
-  return text.substr(0, text.find('\n'));
-}
 
 std::string seconds(std::chrono::milliseconds timeout) {
   const double s = static_cast<double>(timeout.count()) / 1000.0;
@@ -41,7 +36,7 @@ compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds time
     const std::string role = launch.rank == 0 ? "could not host" : "could not reach";
     throw std::runtime_error("rank " + std::to_string(launch.rank) + " " + role + " the rendezvous store at " +
                              launch.master_addr + ":" + std::to_string(launch.master_port) + " within " +
-                             seconds(timeout) + " (MASTER_ADDR, MASTER_PORT, --timeout): " + first_line(e) +
+                             seconds(timeout) + " (MASTER_ADDR, MASTER_PORT, --timeout): " + error_summary(e) +
                              "; check that every rank was started, that rank 0's host and port are reachable, "
                              "or raise --timeout");
   }
@@ -72,7 +67,7 @@ compat::ProcessGroupPtr make_group(const Launch& launch, const std::string& back
     for (const std::string& name : launch.socket_ifnames) interfaces += (interfaces.empty() ? "" : ",") + name;
     throw std::runtime_error("rank " + std::to_string(launch.rank) + " could not connect Gloo to its peers (" +
                              (interfaces.empty() ? "GLOO_SOCKET_IFNAME unset" : "GLOO_SOCKET_IFNAME=" + interfaces) +
-                             ", timeout " + seconds(timeout) + "): " + first_line(e));
+                             ", timeout " + seconds(timeout) + "): " + error_summary(e));
   }
 }
 

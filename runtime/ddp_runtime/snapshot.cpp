@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
 
 namespace ddp::runtime {
@@ -211,15 +212,13 @@ SnapshotContent read_snapshot(const std::string& path) {
   try {
     value = torch::jit::pickle_load(file_bytes(path));
   } catch (const c10::Error& e) {
-    const std::string reason = e.what_without_backtrace();
-    throw SnapshotCorrupt(path + " does not load: " + reason.substr(0, reason.find('\n')));
+    throw SnapshotCorrupt(path + " does not load: " + error_summary(e));
   }
   if (!value.isGenericDict()) throw SnapshotCorrupt(path + " does not hold a dict");
   try {
     return from_dict(value.toGenericDict(), path);
   } catch (const c10::Error& e) {
-    const std::string reason = e.what_without_backtrace();
-    throw SnapshotCorrupt(path + " has a malformed entry: " + reason.substr(0, reason.find('\n')));
+    throw SnapshotCorrupt(path + " has a malformed entry: " + error_summary(e));
   }
 }
 

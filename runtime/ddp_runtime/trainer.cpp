@@ -390,11 +390,6 @@ int Trainer::train() {
 
 }  // namespace
 
-std::string error_message(const std::exception& error) {
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
-  return torch_error != nullptr ? torch_error->what_without_backtrace() : error.what();
-}
-
 int run_training(const TrainOptions& options, const Launch& launch) {
   limit_threads(launch);
   install_stop_signal_handler();

@@ -1,9 +1,6 @@
 #pragma once
 // ddp-train's training run: process group, workload, resume, the DDP training loop with progress lines in the
 // seed's format, snapshots, and the final model.
-#include <exception>
-#include <string>
-
 #include "ddp_runtime/cli.hpp"
 #include "ddp_runtime/launch.hpp"
 
@@ -15,8 +12,5 @@ constexpr int kExitStopped = 75;
 // Returns 0 when every epoch ran, kExitStopped after a stop request. Throws ddp::Error for bad input (a
 // snapshot that does not fit the model, an unwritable snapshot directory) and std::exception for failures.
 int run_training(const TrainOptions& options, const Launch& launch);
-
-// An exception's message without the C++ stack trace LibTorch appends to its own.
-std::string error_message(const std::exception& error);
 
 }  // namespace ddp::runtime

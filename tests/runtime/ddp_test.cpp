@@ -14,10 +14,10 @@
 #include <optional>
 
 #include "ddp_runtime/distributed_model.hpp"
+#include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/launch.hpp"
 #include "ddp_runtime/process_group.hpp"
 #include "ddp_runtime/snapshot.hpp"
-#include "ddp_runtime/trainer.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {

@@ -1,0 +1,17 @@
+#include "ddp_runtime/error_message.hpp"
+
+#include <c10/util/Exception.h>
+
+namespace ddp::runtime {
+
+std::string error_message(const std::exception& error) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
+  return torch_error != nullptr ? torch_error->what_without_backtrace() : error.what();
+}
+
+std::string error_summary(const std::exception& error) {
+  const std::string message = error_message(error);
+  return message.substr(0, message.find('\n'));
+}
+
+}  // namespace ddp::runtime
