@@ -86,6 +86,13 @@ bool nccl_built() {
 #endif
 }
 
+void require_nccl() {
+  if (!nccl_built()) {
+    throw Error("the NCCL backend is not built: this LibTorch has no CUDA; use DDP_BACKEND=gloo, or rebuild against a "
+                "CUDA LibTorch (cmake -DTorch_DIR=<libtorch>/share/cmake/Torch)");
+  }
+}
+
 ProcessGroupPtr make_nccl_group([[maybe_unused]] const StorePtr& store, [[maybe_unused]] int rank,
                                 [[maybe_unused]] int size, [[maybe_unused]] std::chrono::milliseconds timeout) {
 #ifdef DDP_WITH_NCCL
@@ -94,8 +101,8 @@ ProcessGroupPtr make_nccl_group([[maybe_unused]] const StorePtr& store, [[maybe_
   auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
   return as_process_group(store, rank, size, nccl, c10::DeviceType::CUDA);
 #else
-  throw Error("the NCCL backend is not built: this LibTorch has no CUDA; use DDP_BACKEND=gloo, or rebuild against a "
-              "CUDA LibTorch (cmake -DTorch_DIR=<libtorch>/share/cmake/Torch)");
+  require_nccl();
+  return {};
 #endif
 }
 

@@ -35,8 +35,9 @@ using StorePtr = c10::intrusive_ptr<c10d::Store>;
 ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size, const std::vector<std::string>& interfaces,
                                 std::chrono::milliseconds timeout);
 
-// True where LibTorch has CUDA and nccl.h was found at configure time.
+// True where LibTorch has CUDA and nccl.h was found at configure time; require_nccl throws ddp::Error otherwise.
 bool nccl_built();
+void require_nccl();
 ProcessGroupPtr make_nccl_group(const StorePtr& store, int rank, int size, std::chrono::milliseconds timeout);
 
 struct ReducerConfig {

@@ -46,7 +46,7 @@ std::string choose_backend(BackendHint hint) {
   switch (hint) {
     case BackendHint::Gloo: return "gloo";
     case BackendHint::Nccl:
-      if (!compat::nccl_built()) compat::make_nccl_group({}, 0, 1, {});  // throws its "not built" error
+      compat::require_nccl();
       if (!torch::cuda::is_available()) throw Error("backend nccl needs a GPU, and no CUDA device is visible; use DDP_BACKEND=gloo");
       return "nccl";
     case BackendHint::Mpi:

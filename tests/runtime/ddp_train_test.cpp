@@ -41,7 +41,7 @@ std::vector<std::string> train_command(const std::string& dir, std::vector<std::
 
 TEST(DdpTrain, PrintsTheSeedsLinesOnEveryRankAndSavesSnapshotsAndTheFinalModel) {
   const std::string dir = testing::make_temp_dir();
-  const auto results = testing::run_ranks(2, train_command(dir, {"3", "2"}), dir);
+  const auto results = testing::run_ranks(2, train_command(dir, {"3", "2"}), dir, {{"GLOO_SOCKET_IFNAME", "lo"}});
   ASSERT_EQ(results[0].status, 0) << results[0].output;
   ASSERT_EQ(results[1].status, 0) << results[1].output;
   const std::string& rank0 = results[0].output;
@@ -146,6 +146,12 @@ TEST(DdpTrain, ReportsAnUnreachableRendezvousNamingAddressPortAndTimeout) {
   EXPECT_EQ(result.status, 1) << result.output;
   EXPECT_TRUE(contains(result.output, "rank 1 could not reach the rendezvous store at 127.0.0.1:" + port + " within 2 s"))
       << result.output;
+}
+
+TEST(DdpTrain, NamesTheInterfaceWhenGlooCannotUseIt) {
+  const Result result = testing::run({ddp_train(), "1", "1"}, {{"GLOO_SOCKET_IFNAME", "nosuch0"}});
+  EXPECT_EQ(result.status, 1) << result.output;
+  EXPECT_TRUE(contains(result.output, "rank 0 could not connect Gloo to its peers (GLOO_SOCKET_IFNAME=nosuch0")) << result.output;
 }
 
 TEST(DdpTrain, RefusesBadInputWithOneLineAndExitStatus2) {
