@@ -111,7 +111,7 @@ std::shared_ptr<c10d::Reducer> make_reducer(const std::vector<at::Tensor>& param
   return std::make_shared<c10d::Reducer>(params, std::move(config.bucket_indices),
                                          std::move(config.bucket_size_limits), group,
                                          std::vector<bool>(params.size(), false), config.bucket_bytes_cap,
-                                         /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
+                                         /*find_unused_parameters=*/false, config.gradient_as_bucket_view,
                                          std::move(config.param_names), config.first_bucket_bytes_cap);
 }
 

@@ -45,6 +45,7 @@ struct ReducerConfig {
   std::vector<std::size_t> bucket_size_limits;
   int64_t bucket_bytes_cap = 0;
   int64_t first_bucket_bytes_cap = 0;
+  bool gradient_as_bucket_view = false;
   std::unordered_map<std::size_t, std::string> param_names;
 };
 std::shared_ptr<c10d::Reducer> make_reducer(const std::vector<at::Tensor>& params, ReducerConfig config,

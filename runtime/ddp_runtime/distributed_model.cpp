@@ -55,11 +55,18 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, co
   std::reverse(limits.begin(), limits.end());
   bucket_count_ = buckets.size();
   compat::ReducerConfig config{std::move(buckets), std::move(limits), options.bucket_bytes_cap,
-                               options.first_bucket_bytes_cap, parameter_names(*module_)};
+                               options.first_bucket_bytes_cap, options.gradient_as_bucket_view,
+                               parameter_names(*module_)};
   reducer_ = compat::make_reducer(params, std::move(config), group_);
 }
 
 DistributedModel::~DistributedModel() = default;
+
+void zero_gradients(torch::nn::Module& module) {
+  for (auto& param : module.parameters()) {
+    if (param.grad().defined()) param.mutable_grad().zero_();
+  }
+}
 
 void DistributedModel::before_forward() {
   if (!at::GradMode::is_enabled()) return;

@@ -22,7 +22,13 @@ struct DdpOptions {
   // DDP keeps the first bucket small (dist._DEFAULT_FIRST_BUCKET_BYTES) so that the gradients of the last
   // layers, ready first, go on the wire before the rest of backward has run.
   int64_t first_bucket_bytes_cap = 1024 * 1024;
+  // DDP's gradient_as_bucket_view: gradients live in the buckets, saving a copy each way per step. Gradients
+  // must then be zeroed in place (zero_gradients), not detached as torch::optim's zero_grad does.
+  bool gradient_as_bucket_view = false;
 };
+
+// Optimizer.zero_grad's in-place zeroing, which bucket views allow.
+void zero_gradients(torch::nn::Module& module);
 
 class DistributedModel {
  public:

@@ -65,13 +65,15 @@ int train_worker() {
                                             std::chrono::seconds(60));
   // Different initial weights on every rank: the broadcast from rank 0 must make them equal.
   torch::nn::Sequential model = test_model(100 + dist.rank);
-  DistributedModel ddp(model.ptr(), dist, DdpOptions{1024, 256});
+  // Both gradient layouts: copied into the buckets (PyTorch's default) and bucket views (ddp-train's).
+  const bool views = std::getenv("BUCKET_VIEWS") != nullptr;
+  DistributedModel ddp(model.ptr(), dist, DdpOptions{1024, 256, views});
   std::cout << "buckets=" << ddp.bucket_count() << std::endl;
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
   const Data data = test_data(accumulate);
   at::Tensor local_gradient;
   for (int step = 0; step < kSteps; ++step) {
-    optimizer.zero_grad();
+    zero_gradients(*model);
     for (int micro = 0; micro < accumulate; ++micro) {
       std::optional<DistributedModel::NoSync> no_sync;
       if (micro + 1 < accumulate) no_sync.emplace(ddp);
@@ -132,11 +134,11 @@ at::Tensor local_first_gradient(int accumulate, int rank) {
   return model->parameters()[0].grad();
 }
 
-void expect_ddp_matches_single_process(int accumulate) {
+void expect_ddp_matches_single_process(int accumulate, bool bucket_views) {
   const std::string dir = testing::make_temp_dir();
-  const auto results = testing::run_ranks(kRanks, {testing::self_path()}, dir,
-                                          {{"RUNTIME_TEST_WORKER", "train"}, {"OUT", dir},
-                                           {"ACCUMULATE", std::to_string(accumulate)}});
+  testing::Env env{{"RUNTIME_TEST_WORKER", "train"}, {"OUT", dir}, {"ACCUMULATE", std::to_string(accumulate)}};
+  if (bucket_views) env["BUCKET_VIEWS"] = "1";
+  const auto results = testing::run_ranks(kRanks, {testing::self_path()}, dir, env);
   for (const auto& result : results) ASSERT_EQ(result.status, 0) << result.output;
   // 1377 floats in 1 KB buckets: several buckets, so that the overlapped path is the one under test.
   const std::size_t at = results[0].output.find("buckets=");
@@ -162,11 +164,13 @@ void expect_ddp_matches_single_process(int accumulate) {
 }
 
 TEST(DistributedModel, TwoRanksEndEqualToSingleProcessTrainingOnTheUnionOfTheirData) {
-  expect_ddp_matches_single_process(1);
+  expect_ddp_matches_single_process(1, false);
+  expect_ddp_matches_single_process(1, true);
 }
 
 TEST(DistributedModel, NoSyncAccumulatesLocallyAndTheNextSyncAveragesTheSums) {
-  expect_ddp_matches_single_process(3);
+  expect_ddp_matches_single_process(3, false);
+  expect_ddp_matches_single_process(3, true);
 }
 
 TEST(DistributedModel, RefusesRanksWhoseParameterShapesDiffer) {
