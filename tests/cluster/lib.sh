@@ -102,11 +102,13 @@ wait_job() {
   done
 }
 
-# submit ARGS...: sbatch --parsable ARGS, prints the job id. Jobs still running at exit are cancelled, so a failed
-# test does not leave the next one waiting for resources (submit runs in a subshell: the ids go through a file).
+# submit [VAR=VALUE...] ARGS...: sbatch --parsable ARGS, with the variables in the job's environment (sbatch
+# exports its own); prints the job id. Jobs still running at exit are cancelled, so a failed test does not leave
+# the next one waiting for resources (submit runs in a subshell: the ids go through a file).
 submit() {
-  local id
-  id=$(run_on_cluster sbatch --parsable "$@" | cut -d';' -f1)
+  local vars=() id
+  while [[ ${1:-} =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; do vars+=("$1"); shift; done
+  id=$(run_on_cluster env "${vars[@]}" sbatch --parsable "$@" | cut -d';' -f1)
   echo "$id" >>"$_JOBS_FILE"
   echo "$id"
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# ddp-doctor across the two nodes under srun --ddp: a healthy run passes (its bandwidth and latency figures on the
+# veth network are printed, not asserted); a node-private snapshot directory, an interface that is down on one
+# node, and a master port that one node cannot reach are each a FAIL with the reason and exit status 1.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+[ -n "$DDP_PLUGIN" ] || skip "the plugin is not built"
+[ -x "${DDP_BUILD_DIR:-}/src/doctor/ddp-doctor" ] || skip "ddp-doctor is not built"
+doctor=$(stage "$DDP_BUILD_DIR/src/doctor/ddp-doctor")
+STEP=(srun --ddp=gloo -N2 --ntasks-per-node=2)
+QUICK=(--quick --timeout 10 --snapshot-size 1M)
+
+# expect_report OUTPUT PYTHON: PYTHON asserts over `report` (the first JSON report in OUTPUT: rank 0's, or the
+# only one) and `rows(check, status)`, the [rank, value, detail] of the rows of that check and status in every
+# report of OUTPUT (a rank that cannot reach rank 0 prints its own).
+expect_report() {
+  /usr/bin/python3 - "$1" "$2" <<'EOF' || fail "unexpected report: $1"
+import json, sys
+reports = [json.loads(line) for line in sys.argv[1].splitlines() if line.startswith("{")]
+report = reports[0]
+def rows(check, status):
+    return [[r["rank"], r["value"], r["detail"]] for each in reports for r in each["results"]
+            if r["check"] == check and r["status"] == status]
+exec(sys.argv[2])
+EOF
+}
+
+# --- healthy: every check passes on both nodes --------------------------------------------------------------
+install -d -o "$DDP_CLUSTER_USER" "$TEST_DIR/snap"
+table=$(run_on_cluster timeout 120 "${STEP[@]}" "$doctor" "${QUICK[@]}" --snapshot-dir "$TEST_DIR/snap" 2>&1) ||
+  fail "a healthy cluster fails the doctor: $table"
+echo "$table"
+json=$(run_on_cluster timeout 120 "${STEP[@]}" "$doctor" "${QUICK[@]}" --json --snapshot-dir "$TEST_DIR/snap") ||
+  fail "a healthy cluster fails the doctor (--json): $json"
+expect_report "$json" "
+assert report['ok'] is True and report['world_size'] == 4 and report['nodes'] == 2, report
+assert [rank for rank, _, _ in rows('storage.shared', 'OK')] == [0, 2], rows('storage.shared', 'OK')
+assert len(rows('net.master_port', 'OK')) == 4, rows('net.master_port', 'OK')
+"
+
+# --- the node-private directory (a tmpfs per node at the same path): not shared ----------------------------
+assert_fails "node-private snapshot directory" run_on_cluster timeout 120 "${STEP[@]}" "$doctor" "${QUICK[@]}" --json \
+  --snapshot-dir "$DDP_CLUSTER_LOCAL"
+expect_report "$FAILED_OUTPUT" "
+assert report['ok'] is False
+failed = rows('storage.shared', 'FAIL')
+assert len(failed) == 2 and all('not the same directory on every node' in detail for _, _, detail in failed), failed
+"
+
+# --- eth1 down on node2: FAIL on node2 (checked once per node), naming the interface and the fix --------------------------
+on_exit 'on_node node2 ip link set eth1 up'
+on_node node2 ip link set eth1 down
+assert_fails "eth1 down on node2" run_on_cluster timeout 120 "${STEP[@]}" "$doctor" "${QUICK[@]}" --json \
+  --interface eth1 --snapshot-dir "$TEST_DIR/snap"
+expect_report "$FAILED_OUTPUT" "
+failed = rows('net.interface', 'FAIL')
+assert [rank for rank, _, _ in failed] == [2], failed
+assert all(value == 'eth1 down' and 'ip link set eth1 up' in detail for _, value, detail in failed), failed
+assert [rank for rank, _, _ in rows('net.interface', 'OK')] == [0], rows('net.interface', 'OK')
+"
+on_node node2 ip link set eth1 up
+
+# --- node2 is pointed at a port where nothing listens: unreachable, and rank 0 says who never came ----------
+cat >"$TEST_DIR/wrong_port.sh" <<EOF
+#!/bin/sh
+# node2's ranks look for rank 0 at a port nobody listens on
+if [ "\$NODE_RANK" = 1 ]; then exec $doctor "\$@" --master-port 1; fi
+exec $doctor "\$@"
+EOF
+chmod 0755 "$TEST_DIR/wrong_port.sh"
+assert_fails "master port unreachable from node2" run_on_cluster timeout 120 "${STEP[@]}" "$TEST_DIR/wrong_port.sh" \
+  "${QUICK[@]}" --timeout 3 --json --snapshot-dir "$TEST_DIR/snap"
+expect_report "$FAILED_OUTPUT" "
+failed = rows('net.master_port', 'FAIL')
+seen_by_rank0 = sorted(rank for rank, value, _ in failed if value == 'never connected')
+own = sorted(rank for rank, _, detail in failed if 'cannot reach rank 0 at node1:1 within 3 s' in detail)
+assert seen_by_rank0 == [2, 3] and own == [2, 3], failed
+"
+pass "healthy run passes; node-private directory, interface down, unreachable port each FAIL"

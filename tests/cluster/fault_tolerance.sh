@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Fault tolerance of multi-node.sbatch (ddp-restart, srun --ddp, ddp-train), each case against an uninterrupted run
+# of the same training:
+# - one rank killed mid-run: the step fails, ddp-restart logs the node and exit code and starts it again, training
+#   resumes from the newest snapshot, and the final model equals the uninterrupted run's, bit for bit;
+# - the preemption signal (USR2 to the batch shell, as --signal=B:USR2@T sends it): a snapshot appears within the
+#   grace time, the job requeues itself, resumes where it stopped and ends with the same final model.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=training_lib.sh
+source "$(dirname "$0")/training_lib.sh"
+
+TRAINING=(EPOCHS=150 SAVE_EVERY=10)
+GRACE_SECONDS=20
+injector=$(stage "$(dirname "$0")/kill_rank.sh")
+
+baseline=$(submit_template multi-node.sbatch "$TEST_DIR/baseline" "${TRAINING[@]}" -- --cpus-per-task=2)
+killed=$(submit_template multi-node.sbatch "$TEST_DIR/killed" "${TRAINING[@]}" DDP_TRAIN="$injector" \
+  REAL_TRAIN="$STAGED_TRAIN" KILL_RANK=1 KILL_WHEN="snapshot-e000031-*.pt" KILL_LISTING="$TEST_DIR/killed/listing" \
+  -- --cpus-per-task=2)
+expect_completed "$TEST_DIR/baseline" "$baseline"
+expect_completed "$TEST_DIR/killed" "$killed"
+
+out=$(job_output "$TEST_DIR/killed" "$killed")
+[ -s "$TEST_DIR/killed/listing" ] || fail "rank 1 was never killed; output: $out"
+assert_match "$out" "ddp-restart: attempt 1 failed with exit code [0-9]+ on [^;]*node2[^;]*; restart 1 of 3" \
+  "the restart names the failed node and exit code"
+assert_match "$out" "Resuming training from snapshot at Epoch (31|41|51)[^0-9]" "resumed from the newest snapshot"
+assert_same_models "$TEST_DIR/baseline/finalmodel.pt" "$TEST_DIR/killed/finalmodel.pt"
+
+preempted=$(submit_template multi-node.sbatch "$TEST_DIR/preempted" "${TRAINING[@]}" -- --cpus-per-task=2)
+end=$((SECONDS + 120))
+until job_output "$TEST_DIR/preempted" "$preempted" | grep -q '^Epoch 20 | Loss'; do
+  [ "$SECONDS" -lt "$end" ] || fail "job $preempted did not reach epoch 20: $(job_output "$TEST_DIR/preempted" "$preempted")"
+  sleep 0.1
+done
+run_on_cluster scancel --batch --signal=USR2 "$preempted"
+signalled=$SECONDS
+until job_output "$TEST_DIR/preempted" "$preempted" | grep -q 'Stopped at epoch'; do
+  [ $((SECONDS - signalled)) -lt "$GRACE_SECONDS" ] ||
+    fail "no snapshot within $GRACE_SECONDS s of USR2: $(job_output "$TEST_DIR/preempted" "$preempted")"
+  sleep 0.1
+done
+stop_snapshot=$(job_output "$TEST_DIR/preempted" "$preempted" | sed -n 's/.*Training snapshot saved at //p' | tail -n 1)
+assert_match "$stop_snapshot" "/preempted/snapshots/snapshot-e[0-9]{6}-s[0-9]{12}\\.pt$" "the snapshot written on USR2"
+[ -f "$stop_snapshot" ] || fail "the snapshot written on USR2, $stop_snapshot, does not exist"
+expect_completed "$TEST_DIR/preempted" "$preempted" 240
+out=$(job_output "$TEST_DIR/preempted" "$preempted")
+assert_contains "$out" "ddp-restart: SIGUSR2: asking the tasks for a snapshot" "the batch shell got USR2"
+assert_contains "$out" "requeueing job $preempted" "the job requeued itself"
+assert_match "$(run_on_cluster scontrol show job "$preempted")" "Restarts=1 " "Slurm's restart count"
+assert_match "$out" "Resuming training from snapshot at Epoch [0-9]+ " "resumed after the requeue"
+assert_same_models "$TEST_DIR/baseline/finalmodel.pt" "$TEST_DIR/preempted/finalmodel.pt"
+pass "killed rank restarted and preempted job requeued, both resumed to the uninterrupted run's model"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Every sbatch template runs to completion on the test cluster: ddp-train through ddp-restart and srun --ddp (one
+# node, one node with several tasks, two nodes, the ParallelCluster p4d template on the test partition), and a
+# torchrun-style Python script through python-ddp.sbatch. Each leaves its final model and snapshots behind.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=training_lib.sh
+source "$(dirname "$0")/training_lib.sh"
+
+# The nodes have 4 CPUs: the templates' GPU-sized requests are scaled down on the command line.
+declare -A jobs
+jobs[single-gpu]=$(submit_template single-gpu.sbatch "$TEST_DIR/single-gpu" EPOCHS=3 SAVE_EVERY=1 -- \
+  --cpus-per-task=2)
+jobs[multi-gpu]=$(submit_template multi-gpu.sbatch "$TEST_DIR/multi-gpu" EPOCHS=3 SAVE_EVERY=1 -- \
+  --ntasks-per-node=2 --cpus-per-task=2 --ddp-verbose)
+jobs[multi-node]=$(submit_template multi-node.sbatch "$TEST_DIR/multi-node" EPOCHS=3 SAVE_EVERY=1 -- \
+  --cpus-per-task=2)
+jobs[p4d-efa]=$(submit_template parallelcluster/p4d-efa.sbatch "$TEST_DIR/p4d-efa" EPOCHS=3 SAVE_EVERY=1 \
+  TASKS_PER_NODE=2 TRAIN_ARGS="--width 64" -- --partition=ddp --ntasks-per-node=2 --cpus-per-task=2 --ddp=gloo)
+script=$(stage "$DDP_SOURCE_DIR/runtime/bench/python_ddp.py")
+jobs[python-ddp]=$(submit_template python-ddp.sbatch "$TEST_DIR/python-ddp" SCRIPT="$script" \
+  SCRIPT_ARGS="--workload seed 2" PYTHON="$TORCH_PYTHON" -- --cpus-per-task=2)
+
+for name in single-gpu multi-gpu multi-node p4d-efa; do
+  dir=$TEST_DIR/$name
+  expect_completed "$dir" "${jobs[$name]}"
+  out=$(job_output "$dir" "${jobs[$name]}")
+  assert_contains "$out" "Final model saved at finalmodel.pt" "$name: the final model"
+  assert_contains "$out" "Epoch 2 | Training snapshot saved at $dir/snapshots/snapshot-e000003-" "$name: snapshots"
+  assert_snapshots_load "$dir/snapshots"
+done
+assert_eq 1 "$(job_output "$TEST_DIR/single-gpu" "${jobs[single-gpu]}" | grep -c '^\[CPU0\] Epoch 0 ')" "single-gpu: one task"
+assert_eq 2 "$(job_output "$TEST_DIR/multi-gpu" "${jobs[multi-gpu]}" | grep -c '^\[CPU[01]\] Epoch 0 ')" "multi-gpu: two tasks"
+assert_eq 2 "$(job_output "$TEST_DIR/multi-gpu" "${jobs[multi-gpu]}" | grep -c '^ddp: rank [01] .* OMP_NUM_THREADS=2 ')" \
+  "multi-gpu: the job's --cpus-per-task reaches the step: $(job_output "$TEST_DIR/multi-gpu" "${jobs[multi-gpu]}" | grep "^ddp:")"
+assert_eq 4 "$(job_output "$TEST_DIR/p4d-efa" "${jobs[p4d-efa]}" | grep -c '^\[CPU[0-3]\] Epoch 0 ')" "p4d-efa: four tasks"
+
+expect_completed "$TEST_DIR/python-ddp" "${jobs[python-ddp]}"
+out=$(job_output "$TEST_DIR/python-ddp" "${jobs[python-ddp]}")
+assert_match "$out" "Trained .*: [0-9]+ samples/s" "python-ddp: the script trained over 2 nodes"
+pass "single-gpu, multi-gpu, multi-node, p4d-efa and python-ddp templates completed"

@@ -1,0 +1,70 @@
+# Helpers for the tests that run the sbatch templates with ddp-train on the test cluster. Source after lib.sh:
+#
+#   job=$(submit_template multi-node.sbatch "$TEST_DIR/run" EPOCHS=4 -- --cpus-per-task=1)
+#   assert_eq COMPLETED "$(wait_job "$job")" "state"
+#   assert_same_models "$TEST_DIR/base/finalmodel.pt" "$TEST_DIR/run/finalmodel.pt"
+#
+# The test cluster has no GPUs: every template is submitted with --gpus-per-node=0 (sbatch's command line
+# overrides #SBATCH lines), and with ddp-train and ddp-restart from this build, staged where the job user reads them.
+# shellcheck shell=bash
+
+[ -n "$DDP_PLUGIN" ] || skip "the plugin is not built"
+[ -x "${DDP_BUILD_DIR:-}/runtime/ddp-train" ] || skip "ddp-train is not built (LibTorch not found)"
+TORCH_PYTHON=/usr/bin/python3  # Debian's, which has torch
+TEMPLATES=$DDP_SOURCE_DIR/sbatch_templates
+STAGED_TRAIN=$(stage "$DDP_BUILD_DIR/runtime/ddp-train")
+STAGED_RESTART=$(stage "$TEMPLATES/ddp-restart")
+
+# submit_template TEMPLATE DIR [VAR=VALUE...] [-- SBATCH OPTION...]: submits TEMPLATE (a path relative to
+# sbatch_templates/) with DIR as its working directory, where its output (%x-%j.out) and finalmodel.pt land, and
+# snapshots in DIR/snapshots. Prints the job id.
+submit_template() {
+  local template=$1 dir=$2 vars=()
+  shift 2
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
+  [ $# -eq 0 ] || shift
+  install -d -o "$DDP_CLUSTER_USER" "$dir"
+  submit DDP_TRAIN="$STAGED_TRAIN" DDP_RESTART="$STAGED_RESTART" SNAPSHOT_DIR="$dir/snapshots" "${vars[@]}" \
+    --chdir="$dir" --gpus-per-node=0 "$@" "$TEMPLATES/$template"
+}
+
+# job_output DIR JOBID: the job's output file (the templates write %x-%j.out into their working directory).
+job_output() { cat "$1"/*-"$2".out 2>/dev/null; }
+
+# expect_completed DIR JOBID [SECONDS]: the job ends COMPLETED, else the test fails with its output.
+expect_completed() {
+  local state
+  state=$(wait_job "$2" "${3:-180}")
+  [ "$state" = COMPLETED ] || fail "job $2 ended $state; its output: $(job_output "$1" "$2")"
+}
+
+# assert_same_models A B: two state dicts that torch.load reads, with the same keys and bitwise equal tensors.
+assert_same_models() {
+  local why
+  why=$("$TORCH_PYTHON" - "$1" "$2" 2>&1 <<'EOF'
+import sys, torch
+a, b = (torch.load(path) for path in sys.argv[1:])
+if a.keys() != b.keys():
+    sys.exit(f"keys differ: {sorted(a)} vs {sorted(b)}")
+for key in a:
+    if not torch.equal(a[key], b[key]):
+        sys.exit(f"{key} differs: largest difference {(a[key] - b[key]).abs().max().item()}")
+EOF
+  ) || fail "the models $1 and $2 differ: $why"
+}
+
+# assert_snapshots_load DIR: every snapshot file in DIR loads with torch.load and holds MODEL_STATE and EPOCHS_RUN.
+assert_snapshots_load() {
+  local why
+  why=$("$TORCH_PYTHON" - "$1" 2>&1 <<'EOF'
+import glob, os, sys, torch
+paths = sorted(glob.glob(os.path.join(sys.argv[1], "snapshot-*.pt")))
+if not paths:
+    sys.exit("no snapshot files")
+for path in paths:
+    snapshot = torch.load(path)
+    if "MODEL_STATE" not in snapshot or "EPOCHS_RUN" not in snapshot:
+        sys.exit(f"{path} lacks MODEL_STATE or EPOCHS_RUN: {sorted(snapshot)}")
+EOF
+  ) || fail "snapshots in $1: $why"
+}
