@@ -6,8 +6,21 @@
 #include "ddp_runtime/cli.hpp"
 #include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/launch.hpp"
+#include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/trainer.hpp"
 #include "error.hpp"
+
+namespace {
+
+// With the MPI group, the other ranks would wait in their next collective: the job ends here.
+int fail(int status, const std::string& message) {
+  std::fprintf(stderr, "ddp-train: %s\n", message.c_str());
+  std::fflush(stderr);
+  ddp::runtime::abort_mpi_job(status);
+  return status;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace ddp::runtime;
@@ -20,10 +33,8 @@ int main(int argc, char** argv) {
     }
     return run_training(options, launch_from_environment(env));
   } catch (const ddp::Error& e) {
-    std::fprintf(stderr, "ddp-train: %s\n", e.what());
-    return 2;
+    return fail(2, e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ddp-train: %s\n", error_message(e).c_str());
-    return 1;
+    return fail(1, error_message(e));
   }
 }

@@ -1,6 +1,7 @@
 #include "ddp_runtime/c10d_compat.hpp"
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/csrc/jit/serialization/export.h>
@@ -21,7 +22,7 @@
 namespace ddp::runtime::compat {
 namespace {
 
-// 1.13: the Gloo and NCCL groups are ProcessGroups. 2.x: they are Backends that a ProcessGroup dispatches to.
+// 1.13: the Gloo, NCCL and MPI groups are ProcessGroups. 2.x: they are Backends that a ProcessGroup dispatches to.
 template <class Backend>
 ProcessGroupPtr as_process_group([[maybe_unused]] const StorePtr& store, [[maybe_unused]] int rank,
                                  [[maybe_unused]] int size, c10::intrusive_ptr<Backend> backend,
@@ -30,7 +31,10 @@ ProcessGroupPtr as_process_group([[maybe_unused]] const StorePtr& store, [[maybe
   return backend;
 #else
   using Group = c10d::ProcessGroup;
-  const auto type = device == c10::DeviceType::CUDA ? Group::BackendType::NCCL : Group::BackendType::GLOO;
+  const std::string name = backend->getBackendName();
+  const auto type = name == "nccl" ? Group::BackendType::NCCL
+                    : name == "mpi" ? Group::BackendType::MPI
+                                    : Group::BackendType::GLOO;
 #if TORCH_VERSION_MINOR >= 6
   auto group = c10::make_intrusive<Group>(store, rank, size);
 #else
@@ -76,6 +80,11 @@ ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size, const
   }
   auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
   return as_process_group(store, rank, size, gloo, c10::DeviceType::CPU);
+}
+
+ProcessGroupPtr as_cpu_process_group(const c10::intrusive_ptr<GroupImplementation>& group) {
+  return as_process_group(c10::make_intrusive<c10d::HashStore>(), group->getRank(), group->getSize(), group,
+                          c10::DeviceType::CPU);
 }
 
 bool nccl_built() {

@@ -1,5 +1,5 @@
 #pragma once
-// The one place for LibTorch calls whose form differs between Debian's 1.13 and 2.x: how a Gloo or NCCL
+// The one place for LibTorch calls whose form differs between Debian's 1.13 and 2.x: how a Gloo, NCCL or MPI
 // group becomes a c10d::ProcessGroup (2.x wraps backends), the Reducer's constructor, the key of an
 // optimizer's per-parameter state, and the streaming writer of torch.save's zip format. The rest of the
 // runtime uses only calls that are the same in both. Declarations only: the heavy c10d and JIT headers stay
@@ -16,7 +16,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include <torch/version.h>
+
 namespace c10d {
+class Backend;
 class ProcessGroup;
 class Reducer;
 class Store;
@@ -34,6 +37,15 @@ using StorePtr = c10::intrusive_ptr<c10d::Store>;
 // Gloo over the named interfaces (GLOO_SOCKET_IFNAME), or over the address this host's name resolves to.
 ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size, const std::vector<std::string>& interfaces,
                                 std::chrono::milliseconds timeout);
+
+// The base class of a group implemented in this runtime (the MPI group): in 1.13 a ProcessGroup itself, in 2.x a
+// Backend, which as_cpu_process_group wraps into a ProcessGroup. Complete after including ProcessGroup.hpp.
+#if TORCH_VERSION_MAJOR < 2
+using GroupImplementation = c10d::ProcessGroup;
+#else
+using GroupImplementation = c10d::Backend;
+#endif
+ProcessGroupPtr as_cpu_process_group(const c10::intrusive_ptr<GroupImplementation>& group);
 
 // True where LibTorch has CUDA and nccl.h was found at configure time; require_nccl throws ddp::Error otherwise.
 bool nccl_built();

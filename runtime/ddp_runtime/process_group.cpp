@@ -9,6 +9,7 @@
 
 #include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
+#include "ddp_runtime/mpi_process_group.hpp"
 #include "error.hpp"
 
 namespace ddp::runtime {
@@ -49,16 +50,17 @@ std::string choose_backend(BackendHint hint) {
       compat::require_nccl();
       if (!torch::cuda::is_available()) throw Error("backend nccl needs a GPU, and no CUDA device is visible; use DDP_BACKEND=gloo");
       return "nccl";
-    case BackendHint::Mpi:
-      throw Error("backend mpi: the MPI process group is not built into this ddp-train; use DDP_BACKEND=gloo "
-                  "(srun --ddp=gloo)");
+    case BackendHint::Mpi: return "mpi";
     case BackendHint::Auto: break;
   }
   return compat::nccl_built() && torch::cuda::is_available() ? "nccl" : "gloo";
 }
 
-compat::ProcessGroupPtr make_group(const Launch& launch, const std::string& backend, const compat::StorePtr& store,
-                                   std::chrono::milliseconds timeout) {
+// Gloo and NCCL meet through a TCPStore; MPI has its launcher's rendezvous (mpirun, PMIx under srun).
+compat::ProcessGroupPtr make_group(Launch& launch, const std::string& backend, std::chrono::milliseconds timeout) {
+  if (backend == "mpi") return make_mpi_group(launch.rank, launch.world_size, timeout);
+  if (launch.source == LaunchSource::OpenMpi && launch.master_addr.empty()) share_master_over_mpi(launch);
+  const compat::StorePtr store = make_store(launch, timeout);
   if (backend == "nccl") return compat::make_nccl_group(store, launch.rank, launch.world_size, timeout);
   try {
     return compat::make_gloo_group(store, launch.rank, launch.world_size, launch.socket_ifnames, timeout);
@@ -81,10 +83,8 @@ c10::Device device_for(const std::string& backend, int local_rank) {
 
 Distributed init_distributed(Launch launch, BackendHint hint, std::chrono::milliseconds timeout) {
   const std::string backend = choose_backend(hint);
-  if (launch.source == LaunchSource::OpenMpi && launch.master_addr.empty()) share_master_over_mpi(launch);
-  const compat::StorePtr store = make_store(launch, timeout);
   Distributed dist;
-  dist.group = make_group(launch, backend, store, timeout);
+  dist.group = make_group(launch, backend, timeout);
   dist.rank = launch.rank;
   dist.world_size = launch.world_size;
   dist.local_rank = launch.local_rank;

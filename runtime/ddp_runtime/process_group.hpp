@@ -1,6 +1,6 @@
 #pragma once
 // The process group factory: the one place that turns a Launch and a backend hint into a c10d group
-// (NCCL on GPUs where LibTorch has CUDA, Gloo on CPUs; MPI will join here), plus the few small collectives
+// (NCCL on GPUs where LibTorch has CUDA, Gloo on CPUs, MPI where asked for), plus the few small collectives
 // the trainer needs outside of gradient synchronisation.
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -19,12 +19,13 @@ struct Distributed {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
-  std::string backend;  // "gloo" or "nccl"
+  std::string backend;  // "gloo", "nccl" or "mpi"
   c10::Device device = c10::Device(c10::kCPU);
 };
 
-// Rendezvous through a TCPStore at MASTER_ADDR:MASTER_PORT hosted by rank 0 (an in-process store for a single
-// process). A rank that cannot reach it within `timeout` throws an error naming the address, port and timeout.
+// Gloo and NCCL: rendezvous through a TCPStore at MASTER_ADDR:MASTER_PORT hosted by rank 0 (an in-process store for
+// a single process); a rank that cannot reach it within `timeout` throws an error naming the address, port and
+// timeout. MPI: the launcher's rendezvous; MPI's rank and size must equal the Launch's.
 Distributed init_distributed(Launch launch, BackendHint hint, std::chrono::milliseconds timeout);
 
 // Rank 0's text on every rank.
