@@ -29,4 +29,18 @@ printf 'ClusterName=pkg\nSlurmctldHost=localhost\nPlugStackConfig=%s\nNodeName=n
   "$WORK/plugstack.conf" >"$WORK/slurm.conf"
 help=$(SLURM_CONF=$WORK/slurm.conf srun --help)
 grep -q -- '--ddp-snapshot-dir' <<<"$help" || fail "srun does not load the packaged plugin"
+# The tools package: the CLIs and ddp-restart on PATH, the templates as examples, a dependency on LibTorch.
+tools=$(ls "$WORK"/slurm-ddp-tools_*.deb)
+contents=$(dpkg-deb -c "$tools")
+expected=(usr/bin/ddp-topo usr/bin/ddp-doctor usr/bin/ddp-restart
+          usr/share/slurm-ddp/sbatch_templates/multi-node.sbatch usr/share/slurm-ddp/sbatch_templates/python-ddp.sbatch
+          usr/share/slurm-ddp/sbatch_templates/parallelcluster/install-head-node.sh)
+[ -e "$BUILD/runtime/ddp-train" ] && expected+=(usr/bin/ddp-train)
+for path in "${expected[@]}"; do
+  grep -q " \./$path$" <<<"$contents" || fail "slurm-ddp-tools lacks /$path: $contents"
+done
+grep -q '^-rwxr-xr-x .* \./usr/bin/ddp-restart$' <<<"$contents" || fail "ddp-restart is not executable"
+if [ -e "$BUILD/runtime/ddp-train" ]; then
+  grep -q '^ Depends: .*libtorch' <<<"$(dpkg-deb -I "$tools")" || fail "slurm-ddp-tools does not depend on LibTorch"
+fi
 echo "package_test: OK"
