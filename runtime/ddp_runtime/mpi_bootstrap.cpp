@@ -153,7 +153,7 @@ class MpiThread {
   std::thread watchdog_;
 };
 
-// Created with the first post and never destroyed: a failing rank exits (or aborts) with it still running.
+// Never destroyed: a failing rank exits (or aborts) with it still running.
 std::atomic<MpiThread*> started_thread{nullptr};
 
 MpiThread& mpi_thread() {
@@ -194,6 +194,8 @@ MpiWorld init_mpi() {
   return world;
 }
 
+void start_mpi_thread() { mpi_thread(); }
+
 void post_mpi_call(std::function<void()> call, MpiCallInfo info, int rank, std::chrono::milliseconds timeout) {
   mpi_thread().post(std::move(call), info, rank, timeout);
 }
@@ -233,6 +235,8 @@ void share_master_over_mpi(Launch&) {
 }
 
 MpiWorld init_mpi() { throw Error("this program was built without MPI; install libopenmpi-dev and rebuild"); }
+
+void start_mpi_thread() { init_mpi(); }
 
 void post_mpi_call(std::function<void()>, MpiCallInfo, int, std::chrono::milliseconds) { init_mpi(); }
 

@@ -31,8 +31,10 @@ struct MpiCallInfo {
   std::int64_t bytes = 0;
 };
 
-// Runs `call` on the MPI thread after every call posted before it (the MPI thread starts with the first post).
-// When one call has not returned after `timeout` (a peer died, stopped, or never made its matching call), the
+// Starts the MPI thread (once): from then on only it calls MPI, and abort_mpi_job aborts the job.
+void start_mpi_thread();
+
+// Runs `call` on the MPI thread after every call posted before it. When one call has not returned after `timeout` (a peer died, stopped, or never made its matching call), the
 // watchdog prints which call on which rank and aborts the job with MPI_Abort.
 void post_mpi_call(std::function<void()> call, MpiCallInfo info, int rank, std::chrono::milliseconds timeout);
 
@@ -41,7 +43,7 @@ void post_mpi_call(std::function<void()> call, MpiCallInfo info, int rank, std::
 void finalize_mpi();
 
 // After a fatal error on a rank of an MPI-group job: MPI_Abort, so that mpirun or srun ends every rank instead
-// of leaving the others blocked in their next collective. Does nothing where no MPI thread was started.
+// of leaving the others blocked in their next collective. Does nothing before start_mpi_thread().
 void abort_mpi_job(int status);
 
 }  // namespace ddp::runtime

@@ -287,6 +287,7 @@ compat::ProcessGroupPtr make_mpi_group(int rank, int size, std::chrono::millisec
                 std::to_string(world.size) + " but the launcher's environment says rank " + std::to_string(rank) +
                 " of " + std::to_string(size) + "; start the ranks with mpirun -np N or srun --mpi=pmix");
   }
+  start_mpi_thread();
   return compat::as_cpu_process_group(c10::make_intrusive<MpiGroup>(rank, size, timeout));
 }
 

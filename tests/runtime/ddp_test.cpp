@@ -16,6 +16,7 @@
 #include "ddp_runtime/distributed_model.hpp"
 #include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/launch.hpp"
+#include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/process_group.hpp"
 #include "ddp_runtime/snapshot.hpp"
 #include "test_support.hpp"
@@ -61,8 +62,9 @@ int accumulate_setting() { return std::atoi(std::getenv("ACCUMULATE")); }
 
 int train_worker() {
   const int accumulate = accumulate_setting();
-  const Distributed dist = init_distributed(launch_from_environment(process_environment()), BackendHint::Gloo,
-                                            std::chrono::seconds(60));
+  const Launch launch = launch_from_environment(process_environment());
+  const BackendHint backend = launch.backend == BackendHint::Mpi ? BackendHint::Mpi : BackendHint::Gloo;
+  const Distributed dist = init_distributed(launch, backend, std::chrono::seconds(60));
   // Different initial weights on every rank: the broadcast from rank 0 must make them equal.
   torch::nn::Sequential model = test_model(100 + dist.rank);
   // Both gradient layouts: copied into the buckets (PyTorch's default) and bucket views (ddp-train's).
@@ -89,6 +91,7 @@ int train_worker() {
   for (const auto& item : model->named_parameters()) saved.emplace_back(item.key(), item.value());
   saved.emplace_back("first_gradient", local_gradient);
   write_model_file(std::getenv("OUT") + std::string("/rank") + std::to_string(dist.rank) + ".pt", saved);
+  finalize_mpi();
   return 0;
 }
 
@@ -134,16 +137,32 @@ at::Tensor local_first_gradient(int accumulate, int rank) {
   return model->parameters()[0].grad();
 }
 
-void expect_ddp_matches_single_process(int accumulate, bool bucket_views) {
+// Both ranks' output: started with the torchrun variables (Gloo), or under mpirun (the MPI group).
+std::string run_train_workers(const std::string& dir, testing::Env env, bool mpi) {
+  if (mpi) {
+    env["DDP_BACKEND"] = "mpi";
+    const testing::Result result = testing::run(testing::mpirun_command(kRanks, {testing::self_path()}), env);
+    EXPECT_EQ(result.status, 0) << result.output;
+    return result.output;
+  }
+  std::string output;
+  for (const auto& result : testing::run_ranks(kRanks, {testing::self_path()}, dir, env)) {
+    EXPECT_EQ(result.status, 0) << result.output;
+    output += result.output;
+  }
+  return output;
+}
+
+void expect_ddp_matches_single_process(int accumulate, bool bucket_views, bool mpi = false) {
   const std::string dir = testing::make_temp_dir();
   testing::Env env{{"RUNTIME_TEST_WORKER", "train"}, {"OUT", dir}, {"ACCUMULATE", std::to_string(accumulate)}};
   if (bucket_views) env["BUCKET_VIEWS"] = "1";
-  const auto results = testing::run_ranks(kRanks, {testing::self_path()}, dir, env);
-  for (const auto& result : results) ASSERT_EQ(result.status, 0) << result.output;
+  const std::string output = run_train_workers(dir, env, mpi);
+  ASSERT_FALSE(::testing::Test::HasFailure()) << output;
   // 1377 floats in 1 KB buckets: several buckets, so that the overlapped path is the one under test.
-  const std::size_t at = results[0].output.find("buckets=");
-  ASSERT_NE(at, std::string::npos) << results[0].output;
-  EXPECT_GE(std::stoi(results[0].output.substr(at + 8)), 3) << results[0].output;
+  const std::size_t at = output.find("buckets=");
+  ASSERT_NE(at, std::string::npos) << output;
+  EXPECT_GE(std::stoi(output.substr(at + 8)), 3) << output;
 
   const auto rank0 = load_dict(dir + "/rank0.pt");
   const auto rank1 = load_dict(dir + "/rank1.pt");
@@ -173,6 +192,12 @@ TEST(DistributedModel, NoSyncAccumulatesLocallyAndTheNextSyncAveragesTheSums) {
   expect_ddp_matches_single_process(3, true);
 }
 
+TEST(DistributedModel, TheMpiGroupEndsEqualToSingleProcessTrainingWithAndWithoutNoSync) {
+  if (const std::string why = testing::mpi_missing(); !why.empty()) GTEST_SKIP() << why;
+  expect_ddp_matches_single_process(1, true, true);
+  expect_ddp_matches_single_process(3, false, true);
+}
+
 TEST(DistributedModel, RefusesRanksWhoseParameterShapesDiffer) {
   const std::string dir = testing::make_temp_dir();
   const auto results = testing::run_ranks(kRanks, {testing::self_path()}, dir, {{"RUNTIME_TEST_WORKER", "mismatch"}});
@@ -191,6 +216,7 @@ int run_test_worker(const std::string& name) {
   try {
     if (name == "train") return train_worker();
     if (name == "mismatch") return mismatch_worker();
+    if (name.rfind("mpi-", 0) == 0) return mpi_worker(name);
   } catch (const std::exception& e) {
     std::cerr << "worker " << name << ": " << e.what() << std::endl;
     return 2;

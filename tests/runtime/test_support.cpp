@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -64,6 +65,7 @@ Process spawn(const std::vector<std::string>& argv, const Env& env, const std::s
   if (out < 0) throw std::runtime_error("cannot create " + output_path);
   const pid_t pid = fork();
   if (pid == 0) {
+    setpgid(0, 0);  // wait_at_most ends a hung launcher together with what it started
     dup2(out, 1);
     dup2(out, 2);
     execve(arg_pointers[0], arg_pointers.data(), env_pointers.data());
@@ -78,6 +80,38 @@ int wait_for(const Process& process) {
   int status = 0;
   waitpid(process.pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int wait_at_most(const Process& process, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (waitpid(process.pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(-process.pid, SIGKILL);
+      waitpid(process.pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> children;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so read after its closing parenthesis.
+    const std::string stat = read_text(entry.path() / "stat");
+    const std::size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0;
+    fields >> state >> ppid;
+    if (ppid == parent && state != "Z") children.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return children;
 }
 
 Result run(const std::vector<std::string>& argv, const Env& env) {
@@ -151,6 +185,20 @@ std::string read_text(const std::string& path) {
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string mpi_missing() {
+#ifndef DDP_WITH_MPI
+  return "the runtime was built without MPI";
+#endif
+  return access("/usr/bin/mpirun", X_OK) == 0 ? "" : "OpenMPI's mpirun is not installed";
+}
+
+std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string>& argv) {
+  std::vector<std::string> command{"/usr/bin/mpirun", "-np", std::to_string(ranks), "--oversubscribe",
+                                   "--allow-run-as-root"};
+  command.insert(command.end(), argv.begin(), argv.end());
+  return command;
 }
 
 std::string ddp_train() { return DDP_TRAIN_PATH; }

@@ -2,6 +2,7 @@
 // Helpers for runtime tests that start real processes: ddp-train ranks, this binary as a worker, Python.
 #include <sys/types.h>
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,11 +16,15 @@ struct Process {
   std::string output_path;  // stdout and stderr together
 };
 
-// Starts argv[0] with this process's environment minus every launcher variable (RANK, SLURM_*, OMPI_*, ...),
-// plus OMP_NUM_THREADS=1 and `env`.
+// Starts argv[0] in a process group of its own with this process's environment minus every launcher variable
+// (RANK, SLURM_*, OMPI_*, ...), plus OMP_NUM_THREADS=1 and `env`.
 Process spawn(const std::vector<std::string>& argv, const Env& env, const std::string& output_path);
 // Exit status, or 128 + signal number.
 int wait_for(const Process& process);
+// The same, or -1 after killing the process and its process group when it has not ended within `limit` (a hang).
+int wait_at_most(const Process& process, std::chrono::seconds limit);
+// Pids of the live processes whose parent is `parent` (the ranks mpirun started).
+std::vector<pid_t> children_of(pid_t parent);
 
 struct Result {
   int status = -1;
@@ -40,6 +45,12 @@ std::string make_temp_dir();
 std::string read_text(const std::string& path);
 void write_bytes(const std::string& path, const std::string& bytes);
 
+// OpenMPI's mpirun starting `ranks` copies of argv on this machine (as root too); its ranks inherit the environment
+// that spawn or run gives mpirun.
+std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string>& argv);
+// Why tests of MPI cannot run here (no mpirun, or a runtime built without MPI), or empty.
+std::string mpi_missing();
+
 std::string ddp_train();
 // Debian's python3 with torch; empty when it is missing (tests that need it skip).
 std::string torch_python();
@@ -48,5 +59,7 @@ std::string python_script(const std::string& name);
 // This test binary, re-entered as a worker (see test_main.cpp): RUNTIME_TEST_WORKER=name.
 std::string self_path();
 int run_test_worker(const std::string& name);
+// The workers of mpi_test.cpp, whose names start with "mpi-".
+int mpi_worker(const std::string& name);
 
 }  // namespace ddp::runtime::testing
