@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# ddp-train over the MPI process group across the namespace nodes: `srun --mpi=pmix --ddp=mpi -N2` trains to
+# completion (OpenMPI over TCP between the nodes, rank and size from PMIx) and ends with the model a Gloo run
+# (`srun --ddp=gloo`) ends with; without --mpi=pmix each task is a lone MPI process, and ddp-train says so.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+[ -n "$DDP_PLUGIN" ] || skip "the plugin is not built"
+[ -x "${DDP_BUILD_DIR:-}/runtime/ddp-train" ] || skip "ddp-train is not built (LibTorch not found)"
+/usr/bin/python3 -c 'import torch' 2>/dev/null || skip "Debian's python3-torch is not installed"
+train=$(stage "$DDP_BUILD_DIR/runtime/ddp-train")
+# Small buckets: several all-reduces per step, overlapped with backward.
+args=(--workload mlp --width 64 --samples 512 --batch-size 16 --momentum 0.9 --lr 0.01 --bucket-cap-mb 0.01 3 0)
+
+# train_on_cluster NAME SRUN_OPTION...: ddp-train on 2 nodes x 1 task, its model in $TEST_DIR/NAME/final.pt.
+train_on_cluster() {
+  local name=$1
+  shift
+  install -d -o "$DDP_CLUSTER_USER" "$TEST_DIR/$name"
+  run_on_cluster timeout 120 srun -N2 --ntasks-per-node=1 --ddp-verbose "$@" "$train" \
+    --snapshot-dir "$TEST_DIR/$name" --output "$TEST_DIR/$name/final.pt" "${args[@]}" 2>&1
+}
+
+out=$(train_on_cluster mpi --mpi=pmix --ddp=mpi) || fail "srun --mpi=pmix --ddp=mpi ddp-train failed: $out"
+assert_eq 2 "$(grep -c '^ddp: rank [01] .*DDP_BACKEND=mpi' <<<"$out")" "both tasks get the mpi hint: $out"
+assert_contains "$out" "[CPU0] Epoch 2 | Batchsize: 16 | Steps: 16" "rank 0 trained"
+assert_contains "$out" "[CPU1] Epoch 2 | Batchsize: 16 | Steps: 16" "rank 1 trained"
+assert_contains "$out" "Final model saved at $TEST_DIR/mpi/final.pt" "the final model"
+
+out=$(train_on_cluster gloo --ddp=gloo) || fail "srun --ddp=gloo ddp-train failed: $out"
+why=$(/usr/bin/python3 - "$TEST_DIR/gloo/final.pt" "$TEST_DIR/mpi/final.pt" 2>&1 <<'EOF'
+import sys, torch
+gloo, mpi = (torch.load(path) for path in sys.argv[1:])
+if gloo.keys() != mpi.keys():
+    sys.exit(f"keys differ: {sorted(gloo)} vs {sorted(mpi)}")
+for key in gloo:
+    if not torch.allclose(gloo[key], mpi[key], rtol=1e-5, atol=1e-7):
+        sys.exit(f"{key} differs: largest difference {(gloo[key] - mpi[key]).abs().max().item()}")
+EOF
+) || fail "MPI and Gloo training end with different models: $why"
+
+assert_fails "srun --ddp=mpi without --mpi=pmix" train_on_cluster lone --mpi=none --ddp=mpi
+assert_contains "$FAILED_OUTPUT" "MPI started this process as rank 0 of 1 but the launcher's environment says rank 1 of 2" \
+  "a lone MPI process is refused"
+pass "ddp-train over MPI (srun --mpi=pmix --ddp=mpi) on 2 nodes ends with Gloo's model"
