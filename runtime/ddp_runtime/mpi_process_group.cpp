@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstdlib>
 #include <functional>
 
 #include "ddp_runtime/mpi_bootstrap.hpp"
@@ -278,9 +279,21 @@ class MpiGroup final : public compat::GroupImplementation {
   std::chrono::milliseconds timeout_;
 };
 
+// A task of srun finds its MPI peers only through Slurm's PMIx plugin (which sets PMIX_RANK); without it, OpenMPI's
+// MPI_Init aborts with a page about PMI support. Ranks that mpirun started (also inside an allocation) have
+// OMPI_COMM_WORLD_RANK.
+void require_pmix_under_srun() {
+  if (std::getenv("SLURM_STEP_ID") != nullptr && std::getenv("PMIX_RANK") == nullptr &&
+      std::getenv("OMPI_COMM_WORLD_RANK") == nullptr) {
+    throw Error("backend mpi under srun needs Slurm's PMIx plugin to start MPI; launch with srun --mpi=pmix --ddp=mpi "
+                "(or set MpiDefault=pmix in slurm.conf), or use --ddp=gloo");
+  }
+}
+
 }  // namespace
 
 compat::ProcessGroupPtr make_mpi_group(int rank, int size, std::chrono::milliseconds timeout) {
+  require_pmix_under_srun();
   const MpiWorld world = init_mpi();
   if (world.rank != rank || world.size != size) {
     throw Error("backend mpi: MPI started this process as rank " + std::to_string(world.rank) + " of " +

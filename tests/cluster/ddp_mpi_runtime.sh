@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ddp-train over the MPI process group across the namespace nodes: `srun --mpi=pmix --ddp=mpi -N2` trains to
 # completion (OpenMPI over TCP between the nodes, rank and size from PMIx) and ends with the model a Gloo run
-# (`srun --ddp=gloo`) ends with; without --mpi=pmix each task is a lone MPI process, and ddp-train says so.
+# (`srun --ddp=gloo`) ends with; without --mpi=pmix OpenMPI cannot start, and ddp-train says so first.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -40,6 +40,6 @@ EOF
 ) || fail "MPI and Gloo training end with different models: $why"
 
 assert_fails "srun --ddp=mpi without --mpi=pmix" train_on_cluster lone --mpi=none --ddp=mpi
-assert_contains "$FAILED_OUTPUT" "MPI started this process as rank 0 of 1 but the launcher's environment says rank 1 of 2" \
-  "a lone MPI process is refused"
+assert_contains "$FAILED_OUTPUT" "ddp-train: backend mpi under srun needs Slurm's PMIx plugin to start MPI; launch with srun --mpi=pmix --ddp=mpi" \
+  "srun without PMIx is refused"
 pass "ddp-train over MPI (srun --mpi=pmix --ddp=mpi) on 2 nodes ends with Gloo's model"
