@@ -3,6 +3,7 @@
 # of the same training:
 # - one rank killed mid-run: the step fails, ddp-restart logs the node and exit code and starts it again, training
 #   resumes from the newest snapshot, and the final model equals the uninterrupted run's, bit for bit;
+# - a step smaller than the allocation: the failed node is left out of the next attempt;
 # - the preemption signal (USR2 to the batch shell, as --signal=B:USR2@T sends it): a snapshot appears within the
 #   grace time, the job requeues itself, resumes where it stopped and ends with the same final model.
 set -euo pipefail
@@ -29,6 +30,16 @@ assert_match "$out" "ddp-restart: attempt 1 failed with exit code [0-9]+ on [^;]
 assert_match "$out" "Resuming training from snapshot at Epoch (31|41|51)[^0-9]" "resumed from the newest snapshot"
 assert_same_models "$TEST_DIR/baseline/finalmodel.pt" "$TEST_DIR/killed/finalmodel.pt"
 
+# A one-node step in a two-node allocation: the failed node is left out of the next attempt, which runs on the spare.
+spare=$(submit_template multi-node.sbatch "$TEST_DIR/spare" "${TRAINING[@]}" NODES=1 DDP_TRAIN="$injector" \
+  REAL_TRAIN="$STAGED_TRAIN" KILL_RANK=0 KILL_WHEN="snapshot-e000031-*.pt" KILL_LISTING="$TEST_DIR/spare/listing" \
+  -- --cpus-per-task=2 --ddp-verbose)
+expect_completed "$TEST_DIR/spare" "$spare"
+out=$(job_output "$TEST_DIR/spare" "$spare")
+assert_contains "$out" "ddp-restart: leaving out node1: the allocation has spare nodes" "the failed node is left out"
+assert_eq $'node1\nnode2' "$(sed -n 's/^ddp: rank 0 on \(node[12]\) .*/\1/p' <<<"$out")" "attempts on node1, then node2"
+assert_match "$out" "Resuming training from snapshot at Epoch (31|41|51)[^0-9]" "resumed on the spare node"
+
 preempted=$(submit_template multi-node.sbatch "$TEST_DIR/preempted" "${TRAINING[@]}" -- --cpus-per-task=2)
 end=$((SECONDS + 120))
 until job_output "$TEST_DIR/preempted" "$preempted" | grep -q '^Epoch 20 | Loss'; do
@@ -52,4 +63,4 @@ assert_contains "$out" "requeueing job $preempted" "the job requeued itself"
 assert_match "$(run_on_cluster scontrol show job "$preempted")" "Restarts=1 " "Slurm's restart count"
 assert_match "$out" "Resuming training from snapshot at Epoch [0-9]+ " "resumed after the requeue"
 assert_same_models "$TEST_DIR/baseline/finalmodel.pt" "$TEST_DIR/preempted/finalmodel.pt"
-pass "killed rank restarted and preempted job requeued, both resumed to the uninterrupted run's model"
+pass "killed rank restarted, failed node left out, and preempted job requeued, both resumed to the uninterrupted run's model"
