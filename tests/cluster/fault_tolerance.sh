@@ -40,7 +40,9 @@ assert_contains "$out" "ddp-restart: leaving out node1: the allocation has spare
 assert_eq $'node1\nnode2' "$(sed -n 's/^ddp: rank 0 on \(node[12]\) .*/\1/p' <<<"$out")" "attempts on node1, then node2"
 assert_match "$out" "Resuming training from snapshot at Epoch (31|41|51)[^0-9]" "resumed on the spare node"
 
-preempted=$(submit_template multi-node.sbatch "$TEST_DIR/preempted" "${TRAINING[@]}" -- --cpus-per-task=2)
+# %x-%j: the requeued job (same id) finds the directory the plugin made for it before.
+preempted=$(submit_template multi-node.sbatch "$TEST_DIR/preempted" "${TRAINING[@]}" \
+  SNAPSHOT_DIR="$TEST_DIR/preempted/snapshots/%x-%j" -- --cpus-per-task=2)
 end=$((SECONDS + 120))
 until job_output "$TEST_DIR/preempted" "$preempted" | grep -q '^Epoch 20 | Loss'; do
   [ "$SECONDS" -lt "$end" ] || fail "job $preempted did not reach epoch 20: $(job_output "$TEST_DIR/preempted" "$preempted")"
@@ -54,7 +56,7 @@ until job_output "$TEST_DIR/preempted" "$preempted" | grep -q 'Stopped at epoch'
   sleep 0.1
 done
 stop_snapshot=$(job_output "$TEST_DIR/preempted" "$preempted" | sed -n 's/.*Training snapshot saved at //p' | tail -n 1)
-assert_match "$stop_snapshot" "/preempted/snapshots/snapshot-e[0-9]{6}-s[0-9]{12}\\.pt$" "the snapshot written on USR2"
+assert_match "$stop_snapshot" "/preempted/snapshots/ddp-multi-node-$preempted/snapshot-e[0-9]{6}-s[0-9]{12}\\.pt$" "the snapshot written on USR2"
 [ -f "$stop_snapshot" ] || fail "the snapshot written on USR2, $stop_snapshot, does not exist"
 expect_completed "$TEST_DIR/preempted" "$preempted" 240
 out=$(job_output "$TEST_DIR/preempted" "$preempted")
