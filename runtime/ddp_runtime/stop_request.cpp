@@ -14,13 +14,17 @@ void on_signal(int) { requested.store(true, std::memory_order_relaxed); }
 
 }  // namespace
 
-void install_stop_signal_handler() {
+void install_signal_handlers() {
   struct sigaction action;
   std::memset(&action, 0, sizeof action);
   action.sa_handler = on_signal;
   action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   sigaction(SIGUSR2, &action, nullptr);
+  // A write to a peer that died must fail with EPIPE, which the collective reports, rather than kill this rank
+  // without a word (Python, and so Python DDP, ignores SIGPIPE too).
+  action.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &action, nullptr);
 }
 
 void request_stop() { requested.store(true, std::memory_order_relaxed); }

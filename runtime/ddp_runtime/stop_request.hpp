@@ -3,8 +3,9 @@
 // of a time limit or preemption (sbatch --signal=B:USR2@SECONDS; USR1 is NCCL's).
 namespace ddp::runtime {
 
-// SA_RESTART, so that the signal does not break the blocking socket calls of the collectives.
-void install_stop_signal_handler();
+// SIGUSR2 requests a stop, with SA_RESTART so that it does not break the blocking socket calls of the
+// collectives; SIGPIPE is ignored.
+void install_signal_handlers();
 void request_stop();
 bool stop_requested();
 

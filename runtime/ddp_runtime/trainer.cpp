@@ -393,7 +393,7 @@ int Trainer::train() {
 
 int run_training(const TrainOptions& options, const Launch& launch) {
   limit_threads(launch);
-  install_stop_signal_handler();
+  install_signal_handlers();
   const Distributed dist = init_distributed(launch, options.backend.value_or(launch.backend),
                                             std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
   Console console;

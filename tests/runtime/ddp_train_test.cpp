@@ -95,6 +95,17 @@ TEST(DdpTrain, ResumeIsExactAfterAKillAndAfterSigusr2) {
   expect_equal_models(baseline + "/final.pt", stopped + "/final.pt");
 }
 
+// When a peer dies, a surviving rank ends with status 1 and a message, not silently by SIGPIPE on its socket.
+TEST(DdpTrain, ASurvivingRankReportsItsLostPeerAndExitsWithStatus1) {
+  const std::string dir = testing::make_temp_dir();
+  auto ranks = testing::spawn_ranks(2, train_command(dir, {"--workload", "mlp", "--width", "64", "1000", "0"}), dir);
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Epoch 1 | Loss", ranks[0]));
+  kill(ranks[1].pid, SIGKILL);
+  EXPECT_EQ(testing::wait_for(ranks[1]), 128 + SIGKILL);
+  EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(60)), 1) << testing::read_text(ranks[0].output_path);
+  EXPECT_TRUE(contains(testing::read_text(ranks[0].output_path), "ddp-train: ")) << testing::read_text(ranks[0].output_path);
+}
+
 TEST(DdpTrain, ResumesFromASnapshotWrittenByTheSeedScript) {
   const std::string python = testing::torch_python();
   if (python.empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
