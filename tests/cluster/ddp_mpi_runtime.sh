@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ddp-train over the MPI process group across the namespace nodes: `srun --mpi=pmix --ddp=mpi -N2` trains to
 # completion (OpenMPI over TCP between the nodes, rank and size from PMIx) and ends with the model a Gloo run
-# (`srun --ddp=gloo`) ends with; without --mpi=pmix OpenMPI cannot start, and ddp-train says so first.
+# (`srun --ddp=gloo`) ends with; without --mpi=pmix OpenMPI cannot start, and ddp-train says so first; a rank
+# killed beside its peer on one node ends the step at once.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -42,4 +43,23 @@ EOF
 assert_fails "srun --ddp=mpi without --mpi=pmix" train_on_cluster lone --mpi=none --ddp=mpi
 assert_contains "$FAILED_OUTPUT" "ddp-train: backend mpi under srun needs Slurm's PMIx plugin to start MPI; launch with srun --mpi=pmix --ddp=mpi" \
   "srun without PMIx is refused"
+# Two MPI ranks on one node talk through shared memory: when one is killed, the other must not wait for its
+# --timeout (600 s here); the step ends at once, without --kill-on-bad-exit.
+log=$TEST_DIR/killed.log
+install -d -o "$DDP_CLUSTER_USER" "$TEST_DIR/killed"
+run_on_cluster timeout 120 srun -N1 -n2 --mpi=pmix --ddp=mpi "$train" --timeout 600 \
+  --snapshot-dir "$TEST_DIR/killed" --output "$TEST_DIR/killed/final.pt" --workload mlp --width 64 1000 0 >"$log" 2>&1 &
+step=$!
+end=$((SECONDS + 60))
+until grep -q '^Epoch 1 | Loss' "$log"; do
+  [ "$SECONDS" -lt "$end" ] || fail "the one-node MPI run did not reach epoch 1: $(cat "$log")"
+  sleep 0.2
+done
+killed_at=$SECONDS
+pkill -KILL -n -u "$DDP_CLUSTER_USER" -x ddp-train || fail "no ddp-train process to kill"
+if wait "$step"; then fail "the step succeeded although a rank was killed: $(cat "$log")"; fi
+[ $((SECONDS - killed_at)) -lt 30 ] || fail "the step took $((SECONDS - killed_at)) s to end after a rank was killed"
+grep -E '^(srun|slurmstepd)' "$log" || true
+assert_match "$(cat "$log")" "srun: error: node1: task [01]: Killed" "the killed rank is reported"
+
 pass "ddp-train over MPI (srun --mpi=pmix --ddp=mpi) on 2 nodes ends with Gloo's model"
