@@ -37,9 +37,9 @@ int main() {
   options.enabled = true;
   const auto no_user_values = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
   const double per_task_us = microseconds_per_call(2000, [&](int i) {
-    step.node_rank = static_cast<uint32_t>(i % 4096);
     const ddp::StepPlan plan = ddp::plan_step(step, options, ddp::Config{}, {32768, 60999});
-    const ddp::TaskEnv env = ddp::task_env(plan, {step.node_rank * 8 + 3, 3}, no_user_values);
+    const auto node = static_cast<uint32_t>(i % 4096);
+    const ddp::TaskEnv env = ddp::task_env(plan, {node * 8 + 3, 3, node}, no_user_values);
     sink += env.vars().size();
   });
 

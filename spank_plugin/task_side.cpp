@@ -47,13 +47,27 @@ std::string this_hostname() {
   return name;
 }
 
+uint32_t env_u32(spank_t sp, const char* name) {
+  const auto value = get_env(sp, name);
+  if (!value) throw ddp::Error(std::string(name) + " is not set in the step's environment");
+  return static_cast<uint32_t>(ddp::require_uint(*value, 0, UINT32_MAX, name));
+}
+
 ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   ddp::StepInfo step;
-  step.job_id = item_u32(sp, S_JOB_ID, "the job id");
   step.step_id = step_id;
-  step.node_rank = item_u32(sp, S_JOB_NODEID, "the node index");
-  step.num_nodes = item_u32(sp, S_JOB_NNODES, "the node count");
-  step.num_tasks = item_u32(sp, S_JOB_TOTAL_TASK_COUNT, "the task count");
+  if (get_env(sp, "SLURM_HET_SIZE")) {
+    // A heterogeneous step (srun A : B) is one step per component, and the SPANK items describe the component:
+    // its own job id and task count. The environment srun gave every component holds the whole step, as
+    // torch needs it: the het job's id (the same in all components) and the tasks and nodes of all of them.
+    step.job_id = env_u32(sp, "SLURM_JOB_ID");
+    step.num_nodes = env_u32(sp, "SLURM_STEP_NUM_NODES");
+    step.num_tasks = env_u32(sp, "SLURM_STEP_NUM_TASKS");
+  } else {
+    step.job_id = item_u32(sp, S_JOB_ID, "the job id");
+    step.num_nodes = item_u32(sp, S_JOB_NNODES, "the node count");
+    step.num_tasks = item_u32(sp, S_JOB_TOTAL_TASK_COUNT, "the task count");
+  }
   step.local_tasks = item_u32(sp, S_JOB_LOCAL_TASK_COUNT, "the local task count");
   step.cpus_per_task = item_u32(sp, S_STEP_CPUS_PER_TASK, "the CPUs per task");
   // Restarts so far: the job's requeues plus the attempts ddp-restart made inside this run of the job.
@@ -101,12 +115,12 @@ ddp::TaskInfo read_task(spank_t sp) {
   if (spank_get_item(sp, S_TASK_ID, &local_id) != ESPANK_SUCCESS || local_id < 0) {
     throw ddp::Error("Slurm did not provide the local task id to the plugin");
   }
-  // SLURM_PROCID includes the offset of a heterogeneous job's component; S_TASK_GLOBAL_ID does not.
-  const auto procid = get_env(sp, "SLURM_PROCID");
-  if (!procid) throw ddp::Error("SLURM_PROCID is not set in the task's environment");
+  // SLURM_PROCID and SLURM_NODEID include the offsets of a heterogeneous job's component (S_TASK_GLOBAL_ID and
+  // S_JOB_NODEID do not); both are set for the task only, after the per-node callback.
   ddp::TaskInfo task;
   task.local_rank = static_cast<uint32_t>(local_id);
-  task.rank = static_cast<uint32_t>(ddp::require_uint(*procid, 0, UINT32_MAX, "SLURM_PROCID"));
+  task.rank = env_u32(sp, "SLURM_PROCID");
+  task.node_rank = env_u32(sp, "SLURM_NODEID");
   return task;
 }
 

@@ -17,17 +17,20 @@ void validate(const StepInfo& step) {
                 what + "; please report this with your srun command line");
   };
   if (step.num_nodes == 0 || step.num_tasks == 0 || step.local_tasks == 0) bad("no nodes or tasks");
-  if (step.node_rank >= step.num_nodes) bad("node index " + std::to_string(step.node_rank) + " of " +
-                                            std::to_string(step.num_nodes) + " nodes");
   if (step.local_tasks > step.num_tasks) bad("more tasks on this node than in the step");
   if (step.cpus_per_task == 0) bad("zero CPUs per task");
 }
 
 void validate(const StepInfo& step, const TaskInfo& task) {
-  if (task.local_rank >= step.local_tasks) {
-    throw Error("task " + std::to_string(task.local_rank) + " of " + std::to_string(step.local_tasks) +
-                " local tasks is out of range; please report this with your srun command line");
-  }
+  const auto check = [](uint32_t index, uint32_t count, const std::string& what) {
+    if (index >= count) {
+      throw Error(what + " " + std::to_string(index) + " of " + std::to_string(count) +
+                  " is out of range; please report this with your srun command line");
+    }
+  };
+  check(task.local_rank, step.local_tasks, "local task");
+  check(task.rank, step.num_tasks, "rank");
+  check(task.node_rank, step.num_nodes, "node index");
 }
 
 }  // namespace ddp

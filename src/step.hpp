@@ -9,9 +9,8 @@ namespace ddp {
 struct StepInfo {
   uint32_t job_id = 0;
   uint32_t step_id = 0;
-  uint32_t node_rank = 0;    // this node's index in the step (S_JOB_NODEID)
-  uint32_t num_nodes = 0;    // nodes of the step
-  uint32_t num_tasks = 0;    // tasks of the step, all nodes
+  uint32_t num_nodes = 0;    // nodes of the step (of all components of a heterogeneous step)
+  uint32_t num_tasks = 0;    // tasks of the step, all nodes (of all components of a heterogeneous step)
   uint32_t local_tasks = 0;  // tasks of the step on this node
   uint32_t cpus_per_task = 1;
   uint32_t restart_count = 0;  // Slurm's requeue count plus ddp-restart's attempt (DDP_RESTART_ATTEMPT)
@@ -26,6 +25,7 @@ struct StepInfo {
 struct TaskInfo {
   uint32_t rank = 0;        // global rank, het-job offset included (SLURM_PROCID)
   uint32_t local_rank = 0;  // index among this node's tasks (S_TASK_ID)
+  uint32_t node_rank = 0;   // this node's index in the step, het-job offset included (SLURM_NODEID)
 };
 
 // Batch, extern, interactive and pending steps carry Slurm's reserved ids: --ddp exports nothing there,

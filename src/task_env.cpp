@@ -84,8 +84,8 @@ TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user) {
   env.set("LOCAL_RANK", std::to_string(task.local_rank));
   env.set("WORLD_SIZE", std::to_string(step.num_tasks));
   env.set("LOCAL_WORLD_SIZE", std::to_string(step.local_tasks));
-  env.set("NODE_RANK", std::to_string(step.node_rank));
-  env.set("GROUP_RANK", std::to_string(step.node_rank));
+  env.set("NODE_RANK", std::to_string(task.node_rank));
+  env.set("GROUP_RANK", std::to_string(task.node_rank));
   env.set("GROUP_WORLD_SIZE", std::to_string(step.num_nodes));
   env.set("ROLE_NAME", "default");
   env.set("ROLE_RANK", std::to_string(task.rank));

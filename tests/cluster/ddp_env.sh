@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # srun --ddp on 2 nodes x 2 tasks exports torchrun's contract, right for every task, computed from the step
 # (not the job), with the user's OMP_NUM_THREADS kept and stale contract values replaced; steps without --ddp
-# get nothing; --ddp-verbose prints one line per task.
+# get nothing; a heterogeneous step (srun A : B) is one world; --ddp-verbose prints one line per task.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -66,6 +66,26 @@ check_derived_port() {
   assert_eq 2 "$(echo "$err" | grep -c '(port from hash): .* MASTER_PORT=2[0-9]\{4\} ')" "derived port in 20000-29999: $err"
 }
 
+check_heterogeneous_step() {
+  # srun A : B is one step per component, each with its own job id and task count in Slurm's SPANK items; torch
+  # needs one world: ranks 0-2 of 3 on 2 nodes, one run id and one port (derived here, so from the het job's id).
+  local out run_id port
+  out=$(run_on_cluster srun --ddp --resv-ports=0 -N1 -n1 "$printer" : --resv-ports=0 -N1 -n2 "$printer" | sort -k2,2V)
+  run_id=$(value_of "$out" 0 TORCHELASTIC_RUN_ID)
+  port=$(value_of "$out" 0 MASTER_PORT)
+  assert_match "$port" '^2[0-9]{4}$' "a derived port: $out"
+  local expected="" rank node nodes=(0 1 1) local_ranks=(0 0 1) local_sizes=(1 2 2)
+  for rank in 0 1 2; do
+    node=${nodes[rank]}
+    expected+="node$((node + 1)) RANK=$rank LOCAL_RANK=${local_ranks[rank]} WORLD_SIZE=3 LOCAL_WORLD_SIZE=${local_sizes[rank]}"
+    expected+=" NODE_RANK=$node GROUP_RANK=$node GROUP_WORLD_SIZE=2 ROLE_NAME=default ROLE_RANK=$rank ROLE_WORLD_SIZE=3"
+    expected+=" MASTER_ADDR=node1 MASTER_PORT=$port TORCHELASTIC_RUN_ID=$run_id TORCHELASTIC_RESTART_COUNT=0"
+    expected+=" TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_USE_AGENT_STORE=False DDP_BACKEND=auto OMP_NUM_THREADS=1"
+    expected+=" DDP_SNAPSHOT_DIR=-"$'\n'
+  done
+  assert_eq "${expected%$'\n'}" "$out" "environment of every task of a heterogeneous step"
+}
+
 check_verbose() {
   local err
   err=$(run_on_cluster srun --ddp --ddp-verbose --ddp-port=23456 -N2 -n2 true 2>&1 | sort)
@@ -79,5 +99,6 @@ check_step_smaller_than_job
 check_user_values
 check_without_ddp
 check_derived_port
+check_heterogeneous_step
 check_verbose
-pass "contract on 2x2, step vs job, user values, no --ddp, verbose"
+pass "contract on 2x2, step vs job, user values, no --ddp, derived port, heterogeneous step, verbose"

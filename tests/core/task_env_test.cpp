@@ -12,11 +12,11 @@ namespace {
 
 const PortRange kEphemeral{32768, 60999};
 
+// The step as node `node_rank` sees it.
 StepInfo two_by_two(uint32_t node_rank) {
   StepInfo step;
   step.job_id = 812;
   step.step_id = 3;
-  step.node_rank = node_rank;
   step.num_nodes = 2;
   step.num_tasks = 4;
   step.local_tasks = 2;
@@ -53,7 +53,7 @@ TEST(TaskEnv, TorchrunContractForEveryTaskOfTwoNodesByTwoTasks) {
     const StepPlan plan = plan_step(two_by_two(node), ddp_on(), config, kEphemeral);
     for (uint32_t local = 0; local < 2; ++local) {
       const uint32_t rank = node * 2 + local;
-      const auto env = as_map(task_env(plan, {rank, local}, user_env({})));
+      const auto env = as_map(task_env(plan, {rank, local, node}, user_env({})));
       const std::map<std::string, std::string> expected = {
           {"RANK", std::to_string(rank)},
           {"LOCAL_RANK", std::to_string(local)},
@@ -81,7 +81,7 @@ TEST(TaskEnv, TorchrunContractForEveryTaskOfTwoNodesByTwoTasks) {
 
 TEST(TaskEnv, UserThreadsWinButStaleContractValuesAreReplaced) {
   const StepPlan plan = plan_step(two_by_two(1), ddp_on(), Config{}, kEphemeral);
-  const TaskEnv env = task_env(plan, {3, 1}, user_env({{"OMP_NUM_THREADS", "8"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}));
+  const TaskEnv env = task_env(plan, {3, 1, 1}, user_env({{"OMP_NUM_THREADS", "8"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}));
   EXPECT_EQ(env.value("OMP_NUM_THREADS"), "8");
   EXPECT_EQ(env.value("RANK"), "3");
   EXPECT_EQ(env.value("WORLD_SIZE"), "4");
@@ -161,10 +161,12 @@ TEST(TaskEnv, MissingOrMalformedNodeListFails) {
 
 TEST(TaskEnv, InconsistentStepsAndTasksFail) {
   StepInfo step = two_by_two(0);
-  step.node_rank = 2;
+  step.local_tasks = 5;
   EXPECT_THROW(plan_step(step, ddp_on(), Config{}, kEphemeral), Error);
   const StepPlan plan = plan_step(two_by_two(0), ddp_on(), Config{}, kEphemeral);
-  EXPECT_THROW(task_env(plan, {0, 2}, user_env({})), Error);
+  EXPECT_THROW(task_env(plan, {0, 2, 0}, user_env({})), Error);  // local task 2 of 2
+  EXPECT_THROW(task_env(plan, {4, 0, 0}, user_env({})), Error);  // rank 4 of 4
+  EXPECT_THROW(task_env(plan, {0, 0, 2}, user_env({})), Error);  // node 2 of 2
 }
 
 TEST(TaskEnv, VerboseLineIsOneStableLine) {
@@ -172,7 +174,7 @@ TEST(TaskEnv, VerboseLineIsOneStableLine) {
   Options options = ddp_on();
   options.port = 29500;
   const StepPlan plan = plan_step(step, options, Config{}, kEphemeral);
-  const std::string line = verbose_line(plan, {2, 0}, task_env(plan, {2, 0}, user_env({{"OMP_NUM_THREADS", "8"}})));
+  const std::string line = verbose_line(plan, {2, 0, 1}, task_env(plan, {2, 0, 1}, user_env({{"OMP_NUM_THREADS", "8"}})));
   EXPECT_EQ(line,
             "ddp: rank 2 on node2 (port from user): RANK=2 LOCAL_RANK=0 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 NODE_RANK=1 "
             "GROUP_RANK=1 GROUP_WORLD_SIZE=2 ROLE_NAME=default ROLE_RANK=2 ROLE_WORLD_SIZE=4 MASTER_ADDR=node1 "
