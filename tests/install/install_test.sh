@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The head-node install script against Debian's Slurm layout, with a scratch plugin directory and plugstack:
-# it installs, srun loads the plugin, a second run changes nothing, and a version mismatch is refused.
+# it installs, srun loads the plugin, a second run changes nothing, and a version mismatch is refused; the
+# compute-node script checks what it installed.
 set -euo pipefail
 SCRIPT=$(cd "$(dirname "$0")/../.." && pwd)/sbatch_templates/parallelcluster/install-head-node.sh
 WORK=$(mktemp -d /tmp/ddp-install-test.XXXXXX)
@@ -56,4 +57,12 @@ if "$SCRIPT" --slurm-prefix "$WORK/fake" --slurm-conf "$WORK/a/slurm.conf" >"$WO
   fail "version mismatch accepted"
 fi
 grep -q 'are 22.05.8 but .*srun is 23.11.4' "$WORK/mismatch.log" || fail "unclear mismatch message: $(cat "$WORK/mismatch.log")"
+# 5. The compute-node check (ParallelCluster's OnNodeConfigured) sees the installed plugin, and fails a node without it.
+COMPUTE=$(dirname "$SCRIPT")/install-compute-node.sh
+"$COMPUTE" --plugin-dir "$WORK/a/plugins" >"$WORK/compute.log" 2>&1 || fail "compute node check failed: $(cat "$WORK/compute.log")"
+grep -q "sees $WORK/a/plugins/ddp.so" "$WORK/compute.log" || fail "compute node check: $(cat "$WORK/compute.log")"
+mkdir -p "$WORK/empty"
+if "$COMPUTE" --plugin-dir "$WORK/empty" >"$WORK/compute-empty.log" 2>&1; then fail "a node without ddp.so passed"; fi
+grep -q "no ddp.so in $WORK/empty: run install-head-node.sh on the head node first" "$WORK/compute-empty.log" ||
+  fail "unclear message for a node without ddp.so: $(cat "$WORK/compute-empty.log")"
 echo "install_test: OK"
