@@ -6,10 +6,8 @@
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-[ -n "$DDP_PLUGIN" ] || skip "the plugin is not built"
-[ -x "${DDP_BUILD_DIR:-}/runtime/ddp-train" ] || skip "ddp-train is not built (LibTorch not found)"
-/usr/bin/python3 -c 'import torch' 2>/dev/null || skip "Debian's python3-torch is not installed"
-train=$(stage "$DDP_BUILD_DIR/runtime/ddp-train")
+# shellcheck source=training_lib.sh
+source "$(dirname "$0")/training_lib.sh"
 # Small buckets: several all-reduces per step, overlapped with backward.
 args=(--workload mlp --width 64 --samples 512 --batch-size 16 --momentum 0.9 --lr 0.01 --bucket-cap-mb 0.01 3 0)
 
@@ -18,7 +16,7 @@ train_on_cluster() {
   local name=$1
   shift
   install -d -o "$DDP_CLUSTER_USER" "$TEST_DIR/$name"
-  run_on_cluster timeout 120 srun -N2 --ntasks-per-node=1 --ddp-verbose "$@" "$train" \
+  run_on_cluster timeout 120 srun -N2 --ntasks-per-node=1 --ddp-verbose "$@" "$STAGED_TRAIN" \
     --snapshot-dir "$TEST_DIR/$name" --output "$TEST_DIR/$name/final.pt" "${args[@]}" 2>&1
 }
 
@@ -29,16 +27,7 @@ assert_contains "$out" "[CPU1] Epoch 2 | Batchsize: 16 | Steps: 16" "rank 1 trai
 assert_contains "$out" "Final model saved at $TEST_DIR/mpi/final.pt" "the final model"
 
 out=$(train_on_cluster gloo --ddp=gloo) || fail "srun --ddp=gloo ddp-train failed: $out"
-why=$(/usr/bin/python3 - "$TEST_DIR/gloo/final.pt" "$TEST_DIR/mpi/final.pt" 2>&1 <<'EOF'
-import sys, torch
-gloo, mpi = (torch.load(path) for path in sys.argv[1:])
-if gloo.keys() != mpi.keys():
-    sys.exit(f"keys differ: {sorted(gloo)} vs {sorted(mpi)}")
-for key in gloo:
-    if not torch.allclose(gloo[key], mpi[key], rtol=1e-5, atol=1e-7):
-        sys.exit(f"{key} differs: largest difference {(gloo[key] - mpi[key]).abs().max().item()}")
-EOF
-) || fail "MPI and Gloo training end with different models: $why"
+assert_same_models "$TEST_DIR/gloo/final.pt" "$TEST_DIR/mpi/final.pt" close
 
 assert_fails "srun --ddp=mpi without --mpi=pmix" train_on_cluster lone --mpi=none --ddp=mpi
 assert_contains "$FAILED_OUTPUT" "ddp-train: backend mpi under srun needs Slurm's PMIx plugin to start MPI; launch with srun --mpi=pmix --ddp=mpi" \
@@ -47,7 +36,7 @@ assert_contains "$FAILED_OUTPUT" "ddp-train: backend mpi under srun needs Slurm'
 # --timeout (600 s here); the step ends at once, without --kill-on-bad-exit.
 log=$TEST_DIR/killed.log
 install -d -o "$DDP_CLUSTER_USER" "$TEST_DIR/killed"
-run_on_cluster timeout 120 srun -N1 -n2 --mpi=pmix --ddp=mpi "$train" --timeout 600 \
+run_on_cluster timeout 120 srun -N1 -n2 --mpi=pmix --ddp=mpi "$STAGED_TRAIN" --timeout 600 \
   --snapshot-dir "$TEST_DIR/killed" --output "$TEST_DIR/killed/final.pt" --workload mlp --width 64 1000 0 >"$log" 2>&1 &
 step=$!
 end=$((SECONDS + 60))
