@@ -3,14 +3,15 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/optim/sgd.h>
 #include <torch/version.h>
 
-#include <sstream>
 #include <algorithm>
+#include <sstream>
 #include <type_traits>
 
 #ifdef DDP_WITH_NCCL
@@ -71,6 +72,21 @@ auto state_key_of(Optimizer& optimizer, const at::Tensor& param) {
 }
 
 }  // namespace
+
+StorePtr make_tcp_store(const std::string& host, c10d::TCPStoreOptions options) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  if (options.useLibUV) {
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(host, options);
+    } catch (const c10::Error& e) {
+      // The only way to ask LibTorch whether it has libuv (c10d::detail's query is not exported).
+      if (std::string(e.what()).find("without libuv support") == std::string::npos) throw;
+    }
+    options.useLibUV = false;
+  }
+#endif
+  return c10::make_intrusive<c10d::TCPStore>(host, options);
+}
 
 ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size, const std::vector<std::string>& interfaces,
                                 std::chrono::milliseconds timeout) {

@@ -20,6 +20,7 @@
 
 namespace c10d {
 class Backend;
+struct TCPStoreOptions;
 class ProcessGroup;
 class Reducer;
 class Store;
@@ -33,6 +34,10 @@ namespace ddp::runtime::compat {
 
 using ProcessGroupPtr = c10::intrusive_ptr<c10d::ProcessGroup>;
 using StorePtr = c10::intrusive_ptr<c10d::Store>;
+
+// A TCPStore at host. LibTorch 2.4 and later ask for the libuv server by default; a LibTorch built without libuv
+// (Debian's) refuses that, and the store is then made with the classic server.
+StorePtr make_tcp_store(const std::string& host, c10d::TCPStoreOptions options);
 
 // Gloo over the named interfaces (GLOO_SOCKET_IFNAME), or over the address this host's name resolves to.
 ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size, const std::vector<std::string>& interfaces,
