@@ -6,7 +6,7 @@
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-[ -n "$DDP_PLUGIN" ] && [ -n "${DDP_SPANK_PROBE:-}" ] || skip "the plugin is not built"
+if [ -z "$DDP_PLUGIN" ] || [ -z "${DDP_SPANK_PROBE:-}" ]; then skip "the plugin is not built"; fi
 
 # The running Slurm's series as a number: 22.05 -> 2205, 24.11 -> 2411.
 version=$(run_on_cluster srun --version | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -n 1)
