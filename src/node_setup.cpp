@@ -142,8 +142,6 @@ CheckOutcome check_node(const StepPlan& plan, const TaskEnv& env) {
     return exported ? exported : env.user_value(name);
   };
   request.snapshot_dir = env.value("DDP_SNAPSHOT_DIR").value_or(env.user_value("DDP_SNAPSHOT_DIR").value_or(""));
-  request.cuda_visible_devices = env.value("CUDA_VISIBLE_DEVICES");
-  if (!request.cuda_visible_devices) request.cuda_visible_devices = env.user_value("CUDA_VISIBLE_DEVICES");
   request.needs_gpu = plan.backend == Backend::Nccl;
   const std::vector<doctor::CheckResult> results = doctor::run_node_checks(request);
   CheckOutcome outcome;
