@@ -68,27 +68,28 @@ class GpuPicker {
   }
 
  private:
-  // Smaller is better, compared in order: not local, picks in the locality, nearness of the nearest pick's
-  // PCIe path, picks on the same NIC/HCA, device order (bus order for NVIDIA).
-  using Key = std::tuple<bool, size_t, int, size_t, DeviceIndex>;
-  static constexpr size_t kRules = 4;  // the keys before bus order
+  // Smaller is better, compared in order: not local, picks in the package, picks in the locality, nearness of
+  // the nearest pick's PCIe path, picks on the same NIC/HCA, device order (bus order for NVIDIA).
+  using Key = std::tuple<bool, size_t, size_t, int, size_t, DeviceIndex>;
+  static constexpr size_t kRules = 5;  // the keys before device order
 
   Key key(DeviceIndex g) const {
     const Gpu& gpu = hw_.gpus[g];
-    size_t same_locality = 0, same_nic = 0;
+    size_t same_package = 0, same_locality = 0, same_nic = 0;
     Closeness nearest = Closeness::System;
     for (DeviceIndex p : picked_) {
       const Gpu& other = hw_.gpus[p];
+      same_package += other.package == gpu.package;
       same_locality += other.locality == gpu.locality;
       same_nic += shares(other.nic, gpu.nic) + shares(other.hca, gpu.hca);
       nearest = std::min(nearest, gpu.to_gpu[p]);
     }
-    return {!local_[g], same_locality, -static_cast<int>(nearest), same_nic, g};
+    return {!local_[g], same_package, same_locality, -static_cast<int>(nearest), same_nic, g};
   }
 
   static std::array<int64_t, kRules> rule_values(const Key& key) {
-    return {std::get<0>(key), static_cast<int64_t>(std::get<1>(key)), std::get<2>(key),
-            static_cast<int64_t>(std::get<3>(key))};
+    return {std::get<0>(key), static_cast<int64_t>(std::get<1>(key)), static_cast<int64_t>(std::get<2>(key)),
+            std::get<3>(key), static_cast<int64_t>(std::get<4>(key))};
   }
 
   // The keys that narrowed the field down to the pick: each one that left out a GPU still tied on the keys
@@ -118,7 +119,9 @@ class GpuPicker {
       case 1:
         return "spread over sockets";
       case 2:
-        return std::string("its own PCIe path (") + to_string(static_cast<Closeness>(-std::get<2>(key))) +
+        return "spread over the socket's NUMA domains";
+      case 3:
+        return std::string("its own PCIe path (") + to_string(static_cast<Closeness>(-std::get<3>(key))) +
                " to the nearest earlier task's GPU)";
       default:
         return "its own NIC";
@@ -179,8 +182,8 @@ std::string rule_text(const NodeHardware& hw, size_t usable, unsigned tasks) {
   }
   if (tasks == usable) return counts + ": one GPU per task";
   if (tasks < usable) {
-    return counts + ": one GPU per task, local to the step's CPUs first, spread over sockets, then PCIe paths, " +
-           "then NICs; the other " + std::to_string(usable - tasks) + " stay visible";
+    return counts + ": one GPU per task, local to the step's CPUs first, spread over sockets and NUMA domains, " +
+           "then PCIe paths, then NICs; the other " + std::to_string(usable - tasks) + " stay visible";
   }
   return counts + ": tasks share GPUs round-robin, task r on cuda:(r mod " + std::to_string(usable) + ")";
 }
@@ -230,7 +233,7 @@ class NumaDomains {
   }
   size_t of(size_t core) const { return domain_of_core_[core]; }
   std::string name(size_t domain) const {
-    return domain == kNone ? "cores outside any NUMA node" : "NUMA node " + std::to_string(names_[domain]);
+    return domain == kNone ? "no NUMA node" : "NUMA node " + std::to_string(names_[domain]);
   }
   std::string names(const std::vector<size_t>& domains) const {
     if (domains.size() == 1) return name(domains.front());
@@ -318,7 +321,8 @@ CoreBlocks split_by_domain(const std::vector<size_t>& cores, size_t k, const Num
       for (size_t j = 0; j < per; ++j) {
         out.blocks.emplace_back(domain_cores[i].begin() + static_cast<long>(j * n / per),
                                 domain_cores[i].begin() + static_cast<long>((j + 1) * n / per));
-        out.rules.push_back("whole cores of " + numa.name(domains[i]) +
+        out.rules.push_back((domains[i] == NumaDomains::kNone ? "whole cores in " : "whole cores of ") +
+                            numa.name(domains[i]) +
                             (per > 1 ? ", split " + std::to_string(per) + " ways" : ""));
       }
     }

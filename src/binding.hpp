@@ -19,13 +19,15 @@
 //        step. A partial node (a step of one socket's cores on a shared node, all GPUs visible because gres is
 //        counted per job or ConstrainDevices is off) then gets that socket's GPUs before any other, so the task's
 //        CPUs and its GPU's host memory traffic stay on one socket.
-//     2. spread over CPU localities (sockets, or SNC/NPS domains where hwloc puts the GPUs there): fewest earlier
-//        picks in its locality, like Slurm's default block:cyclic distribution, so tasks get separate cores first.
-//     3. its own PCIe path: the farthest from the nearest earlier pick by closeness (PIX < PXB < PHB < NODE...), so
+//     2. spread over sockets: fewest earlier picks in its package, like Slurm's default block:cyclic
+//        distribution, so tasks get separate cores and memory first;
+//     3. then over the socket's NUMA domains where hwloc puts GPUs in them (SNC, NPS): fewest earlier picks with
+//        the same CPU locality;
+//     4. its own PCIe path: the farthest from the nearest earlier pick by closeness (PIX < PXB < PHB < NODE...), so
 //        tasks sharing a socket use distinct PCIe switches, then distinct host bridges, and do not share the
-//        uplink to the CPU while another stays idle (g4dn.metal: 18:00.0 then 35:00.0, not 19:00.0).
-//     4. its own NIC: fewest earlier picks with the same closest NIC and RDMA device.
-//     5. device order (gpus.hpp: PCI bus order for NVIDIA).
+//        uplink to the CPU while another stays idle (g4dn.metal: 18:00.0 then 35:00.0, not 19:00.0);
+//     5. its own NIC: fewest earlier picks with the same closest NIC and RDMA device;
+//     6. device order (gpus.hpp: PCI bus order for NVIDIA).
 //    The rule a pick is credited with is the first key on which it beat the runner-up.
 //  * The GPU list (CUDA_VISIBLE_DEVICES, or ROCR_VISIBLE_DEVICES) is the same in every task of the node: the
 //    tasks' GPUs in local-rank order, then the step's other GPUs. A task's own GPU is therefore

@@ -342,7 +342,11 @@ class Inventory {
       gpu.model = model != nullptr ? model : "";
       gpu.vendor = gpu_devices_[g].vendor;
       gpu.device_number = gpu_devices_[g].index;
-      gpu.locality = locality_of(hwloc_get_non_io_ancestor_obj(topology_, pci)->cpuset);
+      const hwloc_obj_t cpu_side = hwloc_get_non_io_ancestor_obj(topology_, pci);
+      gpu.locality = locality_of(cpu_side->cpuset);
+      for (hwloc_obj_t obj = cpu_side; obj != nullptr; obj = obj->parent) {
+        if (obj->type == HWLOC_OBJ_PACKAGE) gpu.package = obj->logical_index;
+      }
       for (const Found& other : gpus_) gpu.to_gpu.push_back(device_closeness(pci, other.anchor));
       for (const Found& net : nets_) gpu.to_net.push_back(device_closeness(pci, net.anchor));
       for (const Found& device : rdma_) gpu.to_rdma.push_back(device_closeness(pci, device.anchor));

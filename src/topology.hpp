@@ -35,6 +35,7 @@ struct Gpu {
   // order); AMD's ROCm SMI index (gpus.hpp).
   unsigned device_number = 0;
   size_t locality = 0;             // into NodeHardware::localities: the CPUs nearest to the GPU
+  std::optional<unsigned> package;  // logical index of the package (socket) holding them; nullopt: the machine
   std::vector<Closeness> to_gpu;   // per NodeHardware::gpus (to itself: PIX)
   std::vector<Closeness> to_net;   // per NodeHardware::nets
   std::vector<Closeness> to_rdma;  // per NodeHardware::rdma

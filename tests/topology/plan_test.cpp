@@ -199,8 +199,8 @@ TEST(Plan, FewerTasksThanGpusSpreadOverSockets) {
   EXPECT_EQ(task_cpus(two), (std::vector<std::vector<unsigned>>{ids("0-23,48-71"), ids("24-47,72-95")}));
   EXPECT_EQ(two.tasks[1].cuda_index, 1u);  // torch.cuda.set_device(LOCAL_RANK) picks 90:1c.0
   EXPECT_EQ(two.rule,
-            "2 tasks, 8 GPUs: one GPU per task, local to the step's CPUs first, spread over sockets, then PCIe paths, "
-            "then NICs; the other 6 stay visible");
+            "2 tasks, 8 GPUs: one GPU per task, local to the step's CPUs first, spread over sockets and NUMA domains, "
+            "then PCIe paths, then NICs; the other 6 stay visible");
   EXPECT_EQ(two.tasks[0].gpu_rule, "first in device order");
   EXPECT_EQ(two.tasks[1].gpu_rule, "spread over sockets, then device order");
 
