@@ -254,15 +254,22 @@ struct CoreBlocks {
   std::vector<std::string> rules;           // per task
 };
 
-// Contiguous blocks of `cores` with sizes differing by at most one, crossing the fewest domain boundaries: a
-// shortest path over (blocks placed, larger blocks among them), O(k * (n mod k)) steps. Returns the boundaries.
+// Contiguous blocks of `domain` (each core's domain, in core order) with sizes differing by at most one,
+// crossing the fewest domain boundaries: a shortest path over (blocks placed, larger blocks among them),
+// O(k * (n mod k)) steps, plain equal blocks beyond a bound. Returns the k + 1 block boundaries.
 std::vector<size_t> fewest_crossings(const std::vector<size_t>& domain, size_t k) {
   const size_t n = domain.size(), small = n / k, large_count = n % k;
   std::vector<size_t> crossings_before(n, 0);  // domain changes in cores[0..i]
   for (size_t i = 1; i < n; ++i) crossings_before[i] = crossings_before[i - 1] + (domain[i] != domain[i - 1]);
   const auto cost = [&](size_t begin, size_t size) { return crossings_before[begin + size - 1] - crossings_before[begin]; };
   constexpr size_t kFar = static_cast<size_t>(-1);
+  constexpr size_t kMaxSteps = size_t{1} << 22;  // bounds the work per task on a node of thousands of cores
   const size_t width = large_count + 1;
+  if ((k + 1) * width > kMaxSteps) {
+    std::vector<size_t> starts;
+    for (size_t t = 0; t <= k; ++t) starts.push_back(t * n / k);
+    return starts;
+  }
   std::vector<size_t> best(width * (k + 1), kFar);
   std::vector<bool> came_by_large(width * (k + 1), false);
   best[0] = 0;
