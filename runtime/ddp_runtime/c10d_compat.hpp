@@ -20,6 +20,7 @@
 
 namespace c10d {
 class Backend;
+struct TCPStoreOptions;
 class ProcessGroup;
 class Reducer;
 class Store;
@@ -34,18 +35,24 @@ namespace ddp::runtime::compat {
 using ProcessGroupPtr = c10::intrusive_ptr<c10d::ProcessGroup>;
 using StorePtr = c10::intrusive_ptr<c10d::Store>;
 
+// A TCPStore at host. LibTorch 2.4 and later ask for the libuv server by default; a LibTorch built without libuv
+// (Debian's) refuses that, and the store is then made with the classic server.
+StorePtr make_tcp_store(const std::string& host, c10d::TCPStoreOptions options);
+
 // Gloo over the named interfaces (GLOO_SOCKET_IFNAME), or over the address this host's name resolves to.
 ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size, const std::vector<std::string>& interfaces,
                                 std::chrono::milliseconds timeout);
 
 // The base class of a group implemented in this runtime (the MPI group): in 1.13 a ProcessGroup itself, in 2.x a
-// Backend, which as_cpu_process_group wraps into a ProcessGroup. Complete after including ProcessGroup.hpp.
+// Backend, which as_host_process_group wraps into a ProcessGroup. Complete after including ProcessGroup.hpp.
 #if TORCH_VERSION_MAJOR < 2
 using GroupImplementation = c10d::ProcessGroup;
 #else
 using GroupImplementation = c10d::Backend;
 #endif
-ProcessGroupPtr as_cpu_process_group(const c10::intrusive_ptr<GroupImplementation>& group);
+// 2.x dispatches each call by the device of its tensors: the group serves CPU tensors, and CUDA tensors reach it too,
+// so that it refuses them with its own message instead of c10d's "no backend for device".
+ProcessGroupPtr as_host_process_group(const c10::intrusive_ptr<GroupImplementation>& group);
 
 // True where LibTorch has CUDA and nccl.h was found at configure time; require_nccl throws ddp::Error otherwise.
 bool nccl_built();

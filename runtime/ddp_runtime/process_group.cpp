@@ -32,7 +32,7 @@ compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds time
   options.waitWorkers = true;
   options.timeout = timeout;
   try {
-    return c10::make_intrusive<c10d::TCPStore>(launch.master_addr, options);
+    return compat::make_tcp_store(launch.master_addr, options);
   } catch (const std::exception& e) {
     const std::string role = launch.rank == 0 ? "could not host" : "could not reach";
     throw std::runtime_error("rank " + std::to_string(launch.rank) + " " + role + " the rendezvous store at " +
