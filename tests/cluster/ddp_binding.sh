@@ -52,12 +52,14 @@ check_saved_topology() {
   local xml out
   xml=$(stage "$DDP_SOURCE_DIR/tests/topology/data/aws-p4d.24xlarge.xml")
   out=$(run_on_cluster env HWLOC_XMLFILE="$xml" srun --ddp --ddp-verbose -N1 -n2 sh -c "$show" 2>&1)
-  # Two tasks of eight GPUs: one per socket (GPUs 0 and 4), listed first so that task r uses cuda:r.
-  assert_eq 2 "$(echo "$out" | grep -c ' cuda=0,4,1,2,3,5,6,7 fi=efa ')" "GPU and EFA variables from the p4d export: $out"
-  assert_contains "$out" "gpu=cuda:1(0000:90:" "the second task's GPU is on the second socket"
+  # Two tasks of eight GPUs. The nodes have 4 CPUs (slurm.conf), so the step's Slurm cores are among 0-3, all on
+  # the export's socket 0: the tasks take that socket's GPUs (issue 16), on its two host bridges (10:1c.0 and
+  # 20:1c.0, GPUs 0 and 2), listed first so that task r uses cuda:r.
+  assert_eq 2 "$(echo "$out" | grep -c ' cuda=0,2,1,3,4,5,6,7 fi=efa ')" "GPU and EFA variables from the p4d export: $out"
+  assert_contains "$out" "gpu=cuda:1(0000:20:1c.0)" "the second task's GPU is under socket 0's other host bridge"
   assert_contains "$out" "not bound: topology from $xml" "the verbose line says nothing was bound"
   assert_contains "$out" "gpu=cuda:0(" "the verbose line shows the task's GPU"
-  assert_contains "$out" "why(gpu: spread over sockets, then device order; cpus: cores local to its GPU" \
+  assert_contains "$out" "why(gpu: local to the step's CPUs, its own PCIe path (NODE to the nearest earlier task's GPU), then device order; cpus: cores local to its GPU" \
     "the verbose line says which rule chose the second task's GPU and CPUs"
 }
 
@@ -69,9 +71,11 @@ check_saved_amd_topology() {
   # shellcheck disable=SC2016  # expanded by the task's shell
   rocm='echo "$SLURM_PROCID rocr=${ROCR_VISIBLE_DEVICES-unset} hip=${HIP_VISIBLE_DEVICES-unset} cuda=${CUDA_VISIBLE_DEVICES-unset}"'
   out=$(run_on_cluster env HWLOC_XMLFILE="$xml" srun --ddp --ddp-verbose -N1 -n2 sh -c "$rocm" 2>&1)
-  assert_eq 2 "$(echo "$out" | grep -c ' rocr=0,4,1,2,3,5,6,7 hip=0,1,2,3,4,5,6,7 cuda=unset$')" \
+  # The step's cores are on socket 0 (see check_saved_topology): rsmi0 (63:00.0), then rsmi1 (43:00.0), whose
+  # host bridge and closest NIC differ from rsmi0's.
+  assert_eq 2 "$(echo "$out" | grep -c ' rocr=0,1,2,3,4,5,6,7 hip=0,1,2,3,4,5,6,7 cuda=unset$')" \
     "ROCm variables from the MI50 export: $out"
-  assert_contains "$out" "gpu=cuda:1(0000:e3:00.0)" "the second task's MI50 is on the second socket"
+  assert_contains "$out" "gpu=cuda:1(0000:43:00.0)" "the second task's MI50 is socket 0's second"
   out=$(run_on_cluster env HWLOC_XMLFILE="$xml" HIP_VISIBLE_DEVICES=0 srun --ddp -N1 -n2 sh -c "$rocm" 2>&1)
   assert_eq 2 "$(echo "$out" | grep -c ' hip=0 ')" "a HIP_VISIBLE_DEVICES the user set is kept: $out"
 }
