@@ -93,8 +93,9 @@ int main(int argc, char** argv) {
 
   std::printf("topology_bench: per node: load p4d.24xlarge XML + inventory:      %9.1f us\n", load_p4d_us);
   std::printf("topology_bench: per node: load this system + inventory:           %9.1f us\n", load_system_us);
-  std::printf("topology_bench: per node: load this system from its export:     %9.1f us  (the plugin's topology cache)\n",
-              load_cached_us);
+  std::printf(
+      "topology_bench: per node: load this system from its export:     %9.1f us  (the plugin's topology cache)\n",
+      load_cached_us);
   std::printf("topology_bench: per node: network view (getifaddrs + route):      %9.1f us\n", network_us);
   std::printf("topology_bench: per task: p4d plan of 8 tasks:                    %9.1f us\n", eight.plan_us);
   std::printf(

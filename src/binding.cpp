@@ -38,8 +38,8 @@ std::vector<DeviceIndex> usable_gpus(const NodeHardware& hw, const GpuAllocation
     for (const Gpu& gpu : hw.gpus) present.push_back(gpu.device_number);
     std::sort(present.begin(), present.end());
     const bool nvidia = hw.gpu_vendor == GpuVendor::Nvidia;
-    throw Error("SLURM_STEP_GPUS names GPUs " + quote(format_id_list(allocation.device_numbers)) + ", but this node's " +
-                vendor_name(hw) + " GPUs are " + (nvidia ? "/dev/nvidia" : "ROCm SMI devices ") +
+    throw Error("SLURM_STEP_GPUS names GPUs " + quote(format_id_list(allocation.device_numbers)) +
+                ", but this node's " + vendor_name(hw) + " GPUs are " + (nvidia ? "/dev/nvidia" : "ROCm SMI devices ") +
                 format_id_list(present) + "; make gres.conf File= match the driver's device numbers");
   }
   return usable;
@@ -261,7 +261,9 @@ std::vector<size_t> fewest_crossings(const std::vector<size_t>& domain, size_t k
   const size_t n = domain.size(), small = n / k, large_count = n % k;
   std::vector<size_t> crossings_before(n, 0);  // domain changes in cores[0..i]
   for (size_t i = 1; i < n; ++i) crossings_before[i] = crossings_before[i - 1] + (domain[i] != domain[i - 1]);
-  const auto cost = [&](size_t begin, size_t size) { return crossings_before[begin + size - 1] - crossings_before[begin]; };
+  const auto cost = [&](size_t begin, size_t size) {
+    return crossings_before[begin + size - 1] - crossings_before[begin];
+  };
   constexpr size_t kFar = static_cast<size_t>(-1);
   constexpr size_t kMaxSteps = size_t{1} << 22;  // bounds the work per task on a node of thousands of cores
   const size_t width = large_count + 1;
@@ -329,8 +331,7 @@ CoreBlocks split_by_domain(const std::vector<size_t>& cores, size_t k, const Num
         out.blocks.emplace_back(domain_cores[i].begin() + static_cast<long>(j * n / per),
                                 domain_cores[i].begin() + static_cast<long>((j + 1) * n / per));
         out.rules.push_back((domains[i] == NumaDomains::kNone ? "whole cores in " : "whole cores of ") +
-                            numa.name(domains[i]) +
-                            (per > 1 ? ", split " + std::to_string(per) + " ways" : ""));
+                            numa.name(domains[i]) + (per > 1 ? ", split " + std::to_string(per) + " ways" : ""));
       }
     }
     return out;
@@ -354,7 +355,8 @@ CoreBlocks split_by_domain(const std::vector<size_t>& cores, size_t k, const Num
   }
   const std::vector<size_t> starts = fewest_crossings(domain_of, k);
   for (size_t t = 0; t < k; ++t) {
-    out.blocks.emplace_back(ordered.begin() + static_cast<long>(starts[t]), ordered.begin() + static_cast<long>(starts[t + 1]));
+    out.blocks.emplace_back(ordered.begin() + static_cast<long>(starts[t]),
+                            ordered.begin() + static_cast<long>(starts[t + 1]));
     std::vector<size_t> names;
     for (size_t i = starts[t]; i < starts[t + 1]; ++i) {
       if (names.empty() || names.back() != domains[domain_of[i]]) names.push_back(domains[domain_of[i]]);
@@ -394,7 +396,7 @@ class CpuSplitter {
   struct Group {
     std::vector<size_t> cores;  // candidate cores, in core order
     std::vector<size_t> tasks;
-    std::string source;         // where the cores come from, for the rule
+    std::string source;  // where the cores come from, for the rule
   };
 
   // Tasks with the same candidate cores share them. Localities are hwloc subtrees, so two groups' cores are
@@ -404,9 +406,10 @@ class CpuSplitter {
     for (size_t t = 0; t < locality_of_task.size(); ++t) {
       const auto& locality = locality_of_task[t];
       std::vector<size_t> cores = locality ? local_step_cores(*locality) : std::vector<size_t>();
-      const std::string source = !locality ? "the step's cores" : cores.empty() ? "the step's cores (none local to "
-                                                                                  "its GPU)"
-                                                                                : "cores local to its GPU";
+      const std::string source = !locality       ? "the step's cores"
+                                 : cores.empty() ? "the step's cores (none local to "
+                                                   "its GPU)"
+                                                 : "cores local to its GPU";
       if (cores.empty()) cores = step_cores_;
       Group& group = by_cores[cores];
       group.cores = cores;

@@ -3,7 +3,7 @@
 // NCCL, Gloo and libfabric about them.
 //
 //   per node  load_node_hardware() (topology.hpp): hwloc, once, in the plugin's per-node callback
-//   per task  plan_node() from that hardware and what Slurm gave the task: no hwloc, a few microseconds, and the
+//   per task  plan_node() from that hardware and what Slurm gave the task: no hwloc, tens of microseconds, and the
 //             same result in every task of the node, since every input is the same for all of them
 //             (the GPU variables Slurm sets appear only in the task, so the plan cannot be made earlier)
 //
@@ -68,8 +68,10 @@
 namespace ddp {
 
 // The GPUs Slurm gave the step on this node, in the numbering it uses.
-//  * SLURM_STEP_GPUS always holds node-wide device numbers (Gpu::device_number): N of /dev/nvidiaN, or ROCm
-//    SMI's index of an AMD GPU.
+//  * SLURM_STEP_GPUS always holds node-wide numbers, read here as Gpu::device_number: N of /dev/nvidiaN, or ROCm
+//    SMI's index of an AMD GPU. (Since Slurm 21.08 it is the GPU's position in slurmd's gres list, sorted by
+//    File= and, with AutoDetect, by PCI bus order; the two readings agree where the driver's device numbers
+//    follow PCI bus order, the usual case.)
 //  * CUDA_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES, set by gres/gpu in the same loop, holds the same numbers,
 //    except under ConstrainDevices=yes, where the task's cgroup lets it open only the allocated devices, the
 //    runtime counts only those, and Slurm writes 0..n-1 instead. So the two differ exactly when the task's GPU
@@ -82,8 +84,8 @@ struct GpuAllocation {
 };
 
 // From the task's environment as Slurm left it (nullopt: unset); `visible_devices` is the node's GPU vendor's
-// variable, named `visible_devices_name` (visible_devices_variable in gpus.hpp). SLURM_STEP_GPUS unset, empty or "NoDevFiles" (gres without
-// device files) means whole_node. Throws ddp::Error on malformed lists.
+// variable, named `visible_devices_name` (visible_devices_variable in gpus.hpp). SLURM_STEP_GPUS unset, empty or
+// "NoDevFiles" (gres without device files) means whole_node. Throws ddp::Error on malformed lists.
 GpuAllocation gpu_allocation_from_slurm(const std::optional<std::string>& slurm_step_gpus,
                                         const std::optional<std::string>& visible_devices,
                                         const std::string& visible_devices_name = "CUDA_VISIBLE_DEVICES");

@@ -39,7 +39,8 @@ NodeHardware load_hardware(const StepPlan& plan, const std::optional<std::string
 void export_binding(TaskEnv& env, const EnvPairs& pairs) {
   const bool gres_gpus = env.user_value("SLURM_STEP_GPUS").has_value();
   for (const auto& [name, value] : pairs) {
-    if (gres_gpus && (name == "CUDA_VISIBLE_DEVICES" || name == "CUDA_DEVICE_ORDER" || name == "ROCR_VISIBLE_DEVICES")) {
+    const bool slurms = name == "CUDA_VISIBLE_DEVICES" || name == "CUDA_DEVICE_ORDER" || name == "ROCR_VISIBLE_DEVICES";
+    if (gres_gpus && slurms) {
       env.set(name, value);
     } else {
       env.set_default(name, value);

@@ -61,8 +61,9 @@ TopologyPtr load_topology(const std::optional<std::string>& xml_path, bool xml_i
   // The default filter drops every PCI and OS device, and with them the GPUs and NICs this is all about.
   hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   // Slurm numbers cores over the whole machine; a topology restricted to this process's cgroup would not.
-  hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED |
-                                    (xml_is_this_system ? static_cast<unsigned long>(HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM) : 0UL));
+  hwloc_topology_set_flags(
+      raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED |
+               (xml_is_this_system ? static_cast<unsigned long>(HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM) : 0UL));
   // Linux's sysfs gives every PCI, network and RDMA device needed here. The plugins would load libpciaccess
   // (which leaks about 1 KiB per load in hwloc 2.9), OpenCL and CUDA drivers, or open X displays, inside
   // slurmstepd: not for a device list.
@@ -206,7 +207,8 @@ PciFunction pci_function(const hwloc_obj_t pci) {
   for (hwloc_obj_t osdev = pci->io_first_child; osdev != nullptr; osdev = osdev->next_sibling) {
     if (osdev->type != HWLOC_OBJ_OS_DEVICE || osdev->name == nullptr) continue;
     const std::string name = osdev->name;
-    const auto rsmi = name.rfind("rsmi", 0) == 0 ? parse_uint(std::string_view(name).substr(4), 1u << 16) : std::nullopt;
+    const auto rsmi =
+        name.rfind("rsmi", 0) == 0 ? parse_uint(std::string_view(name).substr(4), 1u << 16) : std::nullopt;
     if (rsmi) function.rsmi_index = static_cast<unsigned>(*rsmi);
     const char* type = hwloc_obj_get_info_by_name(osdev, "OpenCLDeviceType");
     if (name.rfind("opencl", 0) == 0 && type != nullptr && std::strcmp(type, "GPU") == 0) function.opencl_gpu = true;

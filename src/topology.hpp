@@ -28,19 +28,19 @@ const char* to_string(Closeness closeness);  // "PIX", "PXB", "PHB", "NODE", "PK
 using DeviceIndex = size_t;
 
 struct Gpu {
-  std::string pci_bus_id;          // "0000:10:1c.0"
-  std::string model;               // the PCI database name, e.g. "GA100 [A100 SXM4 40GB]"; may be empty
+  std::string pci_bus_id;  // "0000:10:1c.0"
+  std::string model;       // the PCI database name, e.g. "GA100 [A100 SXM4 40GB]"; may be empty
   GpuVendor vendor = GpuVendor::Nvidia;
   // The number Slurm's gres/gpu lists in SLURM_STEP_GPUS: NVIDIA's N of /dev/nvidiaN (from the driver, else bus
   // order); AMD's ROCm SMI index (gpus.hpp).
   unsigned device_number = 0;
-  size_t locality = 0;             // into NodeHardware::localities: the CPUs nearest to the GPU
+  size_t locality = 0;              // into NodeHardware::localities: the CPUs nearest to the GPU
   std::optional<unsigned> package;  // logical index of the package (socket) holding them; nullopt: the machine
-  std::vector<Closeness> to_gpu;   // per NodeHardware::gpus (to itself: PIX)
-  std::vector<Closeness> to_net;   // per NodeHardware::nets
-  std::vector<Closeness> to_rdma;  // per NodeHardware::rdma
-  std::optional<DeviceIndex> nic;  // the closest network interface, spread over equally close ones
-  std::optional<DeviceIndex> hca;  // the closest RDMA device, likewise
+  std::vector<Closeness> to_gpu;    // per NodeHardware::gpus (to itself: PIX)
+  std::vector<Closeness> to_net;    // per NodeHardware::nets
+  std::vector<Closeness> to_rdma;   // per NodeHardware::rdma
+  std::optional<DeviceIndex> nic;   // the closest network interface, spread over equally close ones
+  std::optional<DeviceIndex> hca;   // the closest RDMA device, likewise
 };
 
 struct NetInterface {
@@ -88,12 +88,12 @@ struct NodeHardware {
   // The GPUs tasks are planned for, all of gpu_vendor, in its runtime's numbering (gpus.hpp): index g is
   // cuda:g with CUDA_DEVICE_ORDER=PCI_BUS_ID, or ROCm's device g.
   std::vector<Gpu> gpus;
-  std::optional<GpuVendor> gpu_vendor;     // nullopt: no GPU
+  std::optional<GpuVendor> gpu_vendor;      // nullopt: no GPU
   std::vector<std::string> unplanned_gpus;  // PCI bus ids of another vendor's GPUs on a mixed node
-  std::vector<NetInterface> nets;    // in PCI bus order, interfaces outside PCI last
-  std::vector<RdmaDevice> rdma;      // in PCI bus order
-  std::vector<NumaNode> numa_nodes;  // in OS index order
-  std::vector<Locality> localities;  // distinct; shared by GPUs and NUMA nodes with the same CPUs
+  std::vector<NetInterface> nets;           // in PCI bus order, interfaces outside PCI last
+  std::vector<RdmaDevice> rdma;             // in PCI bus order
+  std::vector<NumaNode> numa_nodes;         // in OS index order
+  std::vector<Locality> localities;         // distinct; shared by GPUs and NUMA nodes with the same CPUs
 };
 
 // Reads the topology of `xml_path`, else of $HWLOC_XMLFILE when set, else of the running system, with its

@@ -60,9 +60,10 @@ CheckResult driver_result(const DriverReport& report, GpuVendor vendor, size_t p
   // fewer than the task should use is not.
   if (report.gpus.size() < usable) {
     return make_result("gpu.driver", Status::Fail, value, threshold,
-                       "the driver sees " + std::to_string(report.gpus.size()) + " of the " +
-                           std::to_string(pci_gpus) + " GPUs on the PCI bus: a GPU fell off the bus or failed to "
-                           "start; " + hints(vendor).lost);
+                       "the driver sees " + std::to_string(report.gpus.size()) + " of the " + std::to_string(pci_gpus) +
+                           " GPUs on the PCI bus: a GPU fell off the bus or failed to "
+                           "start; " +
+                           hints(vendor).lost);
   }
   return make_result("gpu.driver", Status::Ok, value, threshold);
 }
@@ -174,15 +175,15 @@ CheckResult check_gpu_drivers(const NodeGpus& node) {
       unbound.push_back(gpu.pci.bus_id + " (" + (gpu.pci.driver.empty() ? "none" : gpu.pci.driver) + ")");
     }
   }
-  const std::string value = std::to_string(node.gpus.size() - unbound.size()) + " of " +
-                            std::to_string(node.gpus.size()) + " on " + driver;
+  const std::string value =
+      std::to_string(node.gpus.size() - unbound.size()) + " of " + std::to_string(node.gpus.size()) + " on " + driver;
   if (unbound.empty()) return make_result(check, Status::Ok, value, "all on " + driver);
   const std::string fix = *node.vendor == GpuVendor::Nvidia
                               ? "install or load the nvidia kernel module (blacklist nouveau), then check dmesg"
                               : "load the amdgpu kernel module (modprobe amdgpu), then check dmesg";
-  return make_result(check, Status::Fail, value, "all on " + driver,
-                     "not driven by the " + std::string(to_string(*node.vendor)) +
-                         " driver: " + joined(unbound, ", ") + "; " + fix);
+  return make_result(
+      check, Status::Fail, value, "all on " + driver,
+      "not driven by the " + std::string(to_string(*node.vendor)) + " driver: " + joined(unbound, ", ") + "; " + fix);
 }
 
 std::vector<CheckResult> check_driver_report(const DriverQuery& query, GpuVendor vendor, size_t pci_gpus,

@@ -33,8 +33,7 @@ VisibleGpus parse_visible_devices(const std::optional<std::string>& visible_devi
 
 // gpu.visible: how many GPUs the task may use (`visible_devices`: the value of node.visible_variable()) against
 // how many the node has. `needs_gpu`: the backend is NCCL (RCCL on AMD).
-CheckResult check_visible_gpus(const NodeGpus& node, const std::optional<std::string>& visible_devices,
-                               bool needs_gpu);
+CheckResult check_visible_gpus(const NodeGpus& node, const std::optional<std::string>& visible_devices, bool needs_gpu);
 // gpu.driver_bound: every GPU has its vendor's kernel driver (nvidia, amdgpu), not nouveau, vfio-pci or none.
 CheckResult check_gpu_drivers(const NodeGpus& node);
 

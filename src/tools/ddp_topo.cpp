@@ -275,12 +275,11 @@ std::string json_string(const std::string& text) {
 std::string json_or_null(const std::optional<std::string>& text) { return text ? json_string(*text) : "null"; }
 
 std::string json_hardware(const ddp::NodeHardware& hw) {
-  std::string out = "\"source\":" + json_string(hw.source) + ",\"packages\":" + std::to_string(hw.packages) +
-                    ",\"gpu_vendor\":" +
-                    json_or_null(hw.gpu_vendor ? std::optional<std::string>(ddp::to_string(*hw.gpu_vendor)) : std::nullopt) +
-                    ",\"numa_nodes\":" + std::to_string(hw.numa_nodes.size()) +
-                    ",\"cores\":" + std::to_string(hw.cores.size()) + ",\"cpus\":" + std::to_string(hw.pus) +
-                    ",\"gpus\":[";
+  std::string out =
+      "\"source\":" + json_string(hw.source) + ",\"packages\":" + std::to_string(hw.packages) + ",\"gpu_vendor\":" +
+      json_or_null(hw.gpu_vendor ? std::optional<std::string>(ddp::to_string(*hw.gpu_vendor)) : std::nullopt) +
+      ",\"numa_nodes\":" + std::to_string(hw.numa_nodes.size()) + ",\"cores\":" + std::to_string(hw.cores.size()) +
+      ",\"cpus\":" + std::to_string(hw.pus) + ",\"gpus\":[";
   for (size_t g = 0; g < hw.gpus.size(); ++g) {
     const ddp::Gpu& gpu = hw.gpus[g];
     out += std::string(g ? "," : "") + "{\"index\":" + std::to_string(g) +
@@ -315,8 +314,8 @@ std::string json_task(const Report& report, size_t r) {
       ",\"nic_closeness\":" + json_or_null(closeness_name(task.nic_closeness)) +
       ",\"hca\":" + json_or_null(hca_name(report, task.hca)) +
       ",\"hca_closeness\":" + json_or_null(closeness_name(task.hca_closeness)) +
-      ",\"cpus\":" + json_string(ddp::format_id_list(task.cpus)) + ",\"gpu_rule\":" +
-      json_or_null(gpu ? std::optional<std::string>(task.gpu_rule) : std::nullopt) +
+      ",\"cpus\":" + json_string(ddp::format_id_list(task.cpus)) +
+      ",\"gpu_rule\":" + json_or_null(gpu ? std::optional<std::string>(task.gpu_rule) : std::nullopt) +
       ",\"cpu_rule\":" + json_string(task.cpu_rule) +
       ",\"note\":" + json_or_null(task.note.empty() ? std::nullopt : std::optional<std::string>(task.note));
   const auto& socket = report.sockets[r];

@@ -29,12 +29,12 @@ void add_pci_device(const TempDir& sysfs, const std::string& bus_id, const std::
 class FakeSysfs : public ::testing::Test {
  protected:
   void SetUp() override {
-    add_pci_device(sysfs_, "0000:c7:00.0", "0x10de", "0x030200", "nvidia");   // A100: 3D controller
-    add_pci_device(sysfs_, "0000:07:00.0", "0x10de", "0x030000", "nouveau");  // VGA, wrong driver
+    add_pci_device(sysfs_, "0000:c7:00.0", "0x10de", "0x030200", "nvidia");         // A100: 3D controller
+    add_pci_device(sysfs_, "0000:07:00.0", "0x10de", "0x030000", "nouveau");        // VGA, wrong driver
     add_pci_device(sysfs_, "0000:07:00.1", "0x10de", "0x040300", "snd_hda_intel");  // the GPU's HDMI audio
-    add_pci_device(sysfs_, "0000:00:02.0", "0x8086", "0x030000", "i915");     // an Intel GPU
-    add_pci_device(sysfs_, "0000:10:00.0", "0x10de", "0x030200", "");         // no driver bound
-    add_pci_device(sysfs_, "0000:20:00.0", "0x15b3", "0x020700", "mlx5_core"); // a ConnectX HCA
+    add_pci_device(sysfs_, "0000:00:02.0", "0x8086", "0x030000", "i915");           // an Intel GPU
+    add_pci_device(sysfs_, "0000:10:00.0", "0x10de", "0x030200", "");               // no driver bound
+    add_pci_device(sysfs_, "0000:20:00.0", "0x15b3", "0x020700", "mlx5_core");      // a ConnectX HCA
   }
   TempDir sysfs_;
 };
@@ -62,11 +62,11 @@ TEST_F(FakeSysfs, DriverCheckNamesEveryGpuWithoutTheNvidiaDriver) {
 
 TEST(GpuScan, AmdAcceleratorsAndDisplaysAreGpusTheirAudioIsNot) {
   TempDir sysfs;
-  add_pci_device(sysfs, "0000:05:00.0", "0x1002", "0x120000", "amdgpu");  // MI300X: processing accelerator
-  add_pci_device(sysfs, "0000:26:00.0", "0x1002", "0x038000", "amdgpu");  // MI50: display controller
+  add_pci_device(sysfs, "0000:05:00.0", "0x1002", "0x120000", "amdgpu");         // MI300X: processing accelerator
+  add_pci_device(sysfs, "0000:26:00.0", "0x1002", "0x038000", "amdgpu");         // MI50: display controller
   add_pci_device(sysfs, "0000:26:00.1", "0x1002", "0x040300", "snd_hda_intel");  // its HDMI audio
-  add_pci_device(sysfs, "0000:00:18.0", "0x1022", "0x060000", "");        // an AMD host bridge: CPU, not GPU
-  add_pci_device(sysfs, "0000:46:00.0", "0x1002", "0x120000", "vfio-pci");  // handed to a VM
+  add_pci_device(sysfs, "0000:00:18.0", "0x1022", "0x060000", "");               // an AMD host bridge: CPU, not GPU
+  add_pci_device(sysfs, "0000:46:00.0", "0x1002", "0x120000", "vfio-pci");       // handed to a VM
   const NodeGpus node = scan_gpus(sysfs.path());
   EXPECT_EQ(node.vendor, GpuVendor::Amd);
   EXPECT_STREQ(node.visible_variable(), "ROCR_VISIBLE_DEVICES");

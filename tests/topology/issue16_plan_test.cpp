@@ -70,8 +70,8 @@ TEST(Issue16, P4dSixTasksThirdOnASocketTakesAHostBridgeItsNeighbourUses) {
   // bridge of each socket serves two tasks; the fourth pick on a socket would not exist.
   const NodeHardware& hw = test::p4d();
   const NodePlan plan = plan_node(hw, tasks(6));
-  EXPECT_EQ(gpu_bus_ids(hw, plan), (Names{"0000:10:1c.0", "0000:90:1c.0", "0000:20:1c.0", "0000:a0:1c.0",
-                                          "0000:10:1d.0", "0000:90:1d.0"}));
+  EXPECT_EQ(gpu_bus_ids(hw, plan),
+            (Names{"0000:10:1c.0", "0000:90:1c.0", "0000:20:1c.0", "0000:a0:1c.0", "0000:10:1d.0", "0000:90:1d.0"}));
   EXPECT_EQ(plan.tasks[4].gpu_rule, "first in device order");  // every GPU left shares a host bridge with a pick
   for (const TaskPlacement& task : plan.tasks) EXPECT_EQ(task.nic_closeness, Closeness::Phb);
   // Three tasks per socket of 24 cores: 8 whole cores each.
@@ -85,8 +85,8 @@ TEST(Issue16, SapphireRapidsSnc4FourTasksSpreadOverSocketsThenNumaDomains) {
   const NodeHardware& hw = test::spr_snc4();
   const NodePlan plan = plan_node(hw, tasks(4));
   EXPECT_EQ(gpu_bus_ids(hw, plan), (Names{"0000:13:00.0", "0000:93:00.0", "0000:33:00.0", "0000:b3:00.0"}));
-  EXPECT_EQ(task_cpus(plan), (Cpus{ids("0-13,112-125"), ids("56-69,168-181"), ids("14-27,126-139"),
-                                   ids("70-83,182-195")}));
+  EXPECT_EQ(task_cpus(plan),
+            (Cpus{ids("0-13,112-125"), ids("56-69,168-181"), ids("14-27,126-139"), ids("70-83,182-195")}));
   EXPECT_EQ(hw.rdma[*plan.tasks[3].hca].name, "mlx5_5");
   EXPECT_EQ(plan.tasks[3].hca_closeness, Closeness::Pix);
   EXPECT_EQ(plan.nccl_ib_hca, "=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7");
@@ -147,7 +147,8 @@ TEST(Issue16, NoGpuLocalToTheStepsCpusStillPlansWithANote) {
   EXPECT_EQ(plan.tasks[1].note,
             "GPU 0000:10:1d.0 is remote: it is local to CPUs 0-23,48-71, none of which the step may use (it has "
             "24-47,72-95), so the task runs on the step's CPUs and reaches its GPU across the CPU interconnect");
-  EXPECT_EQ(plan.tasks[0].cpu_rule, "the step's cores (none local to its GPU): whole cores of NUMA node 1, split 2 ways");
+  EXPECT_EQ(plan.tasks[0].cpu_rule,
+            "the step's cores (none local to its GPU): whole cores of NUMA node 1, split 2 ways");
 }
 
 // ---- 3. CPU-only plans by NUMA domain ------------------------------------------------------------------------
