@@ -21,8 +21,6 @@ constexpr unsigned kMaxTasks = 65536;  // far above any node; keeps a corrupt co
 
 // ---- GPUs -----------------------------------------------------------------------------------------------
 
-std::string vendor_name(const NodeHardware& hw) { return hw.gpu_vendor ? to_string(*hw.gpu_vendor) : "NVIDIA"; }
-
 std::vector<DeviceIndex> usable_gpus(const NodeHardware& hw, const GpuAllocation& allocation) {
   std::vector<DeviceIndex> usable;
   for (DeviceIndex g = 0; g < hw.gpus.size(); ++g) {
@@ -37,10 +35,11 @@ std::vector<DeviceIndex> usable_gpus(const NodeHardware& hw, const GpuAllocation
     std::vector<unsigned> present;
     for (const Gpu& gpu : hw.gpus) present.push_back(gpu.device_number);
     std::sort(present.begin(), present.end());
-    const bool nvidia = hw.gpu_vendor == GpuVendor::Nvidia;
+    const GpuVendor vendor = hw.gpus.front().vendor;
     throw Error("SLURM_STEP_GPUS names GPUs " + quote(format_id_list(allocation.device_numbers)) +
-                ", but this node's " + vendor_name(hw) + " GPUs are " + (nvidia ? "/dev/nvidia" : "ROCm SMI devices ") +
-                format_id_list(present) + "; make gres.conf File= match the driver's device numbers");
+                ", but this node's " + to_string(vendor) + " GPUs are " +
+                (vendor == GpuVendor::Nvidia ? "/dev/nvidia" : "ROCm SMI devices ") + format_id_list(present) +
+                "; make gres.conf File= match the driver's device numbers");
   }
   return usable;
 }
@@ -93,9 +92,9 @@ class GpuPicker {
   }
 
   // The keys that narrowed the field down to the pick: each one that left out a GPU still tied on the keys
-  // before it; bus order when GPUs were still tied after all of them.
+  // before it; device order when GPUs were still tied after all of them. (Picks happen only with fewer tasks
+  // than GPUs, so there are always at least two to choose from.)
   std::string reason(const std::vector<Key>& keys, size_t chosen) const {
-    if (keys.size() == 1) return picked_.empty() ? "the step's only GPU" : "the last GPU left";
     const auto mine = rule_values(keys[chosen]);
     std::vector<size_t> tied(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) tied[i] = i;
@@ -614,7 +613,7 @@ NodePlan plan_node(const NodeHardware& hw, const PlanRequest& request) {
   const GpuChoice choice = choose_gpus(hw, usable, request.tasks, local);
   plan.rule = rule_text(hw, usable.size(), request.tasks);
   plan.visible_gpus = choice.visible;
-  if (!usable.empty()) plan.visible_devices_variable = visible_devices_variable(*hw.gpu_vendor);
+  if (!usable.empty()) plan.visible_devices_variable = visible_devices_variable(hw.gpus[usable.front()].vendor);
   plan.visible_devices = visible_devices(plan.visible_gpus, usable, request.gpus.cgroup_local);
   plan.nccl_ib_hca = ib_hca_list(hw);
   plan.efa = std::any_of(hw.rdma.begin(), hw.rdma.end(), [](const RdmaDevice& d) { return d.kind == RdmaKind::Efa; });

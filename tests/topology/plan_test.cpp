@@ -179,6 +179,13 @@ TEST(Plan, AmdGpusUnderConstrainDevicesAreCountedFromZero) {
   EXPECT_EQ(binding_env(plan, 1, "")[1], (std::pair<std::string, std::string>{"HIP_VISIBLE_DEVICES", "0,1"}));
 }
 
+TEST(Plan, AnAmdGpuNumberTheNodeLacksIsAnErrorInRocmSmisNumbering) {
+  PlanRequest request = tasks(1);
+  request.gpus = gpu_allocation_from_slurm("0,9", "0,9", "ROCR_VISIBLE_DEVICES");
+  const std::string message = error_of([&] { plan_node(test::mi50_node(), request); });
+  EXPECT_NE(message.find("this node's AMD GPUs are ROCm SMI devices 0-7"), std::string::npos) << message;
+}
+
 TEST(Plan, AmdNodeWithoutGpuAllocationLeavesNoGpuVariableWhenNoGpuIsThere) {
   // A CPU-only node whose gres names GPUs (a stale gres.conf) still gets a CPU plan, not an error.
   const NodeHardware& hw = test::knl();
