@@ -46,14 +46,20 @@ host_stack() {
   for s in "${STACKS[@]}"; do [ "${RELEASE_OF[$s]}" != "$codename" ] || echo "$s"; done
 }
 
-build_dir() {  # STACK: this machine's stack builds in build/ (or DDP_BUILD_DIR), another in build-STACK/
-  if [ "$1" = "$(host_stack)" ]; then echo "${DDP_BUILD_DIR:-$ROOT/build}"; else echo "$ROOT/build-$1"; fi
+# This machine's stack builds in build/ (or DDP_BUILD_DIR); a stack in a root (tests/stacks/root.sh sets
+# DDP_IN_ROOT) in build-STACK/, beside it in the same checkout.
+build_dir() {  # STACK
+  if [ "$1" = "$(host_stack)" ] && [ -z "${DDP_IN_ROOT:-}" ]; then echo "${DDP_BUILD_DIR:-$ROOT/build}"
+  else echo "$ROOT/build-$1"; fi
 }
 
+# Debian 13's stack is built as C++20 (LibTorch 2.12 and later require it), Debian 12's as C++17.
 build() {
-  local dir
-  dir=$(build_dir "$(host_stack)")
-  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_FUZZ=ON >/dev/null
+  local stack dir standard=17
+  stack=$(host_stack)
+  dir=$(build_dir "$stack")
+  [ "$stack" != debian13 ] || standard=20
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_FUZZ=ON -DCMAKE_CXX_STANDARD=$standard >/dev/null
   cmake --build "$dir" -j "$(nproc)"
 }
 
@@ -76,8 +82,7 @@ test_stack() {
   release=${RELEASE_OF[$stack]}
   "$ROOT/tests/stacks/root.sh" create "$release" >/dev/null
   "$ROOT/tests/stacks/root.sh" run "$release" -- ./run.sh __install
-  "$ROOT/tests/stacks/root.sh" run "$release" --isolated -- env DDP_BUILD_DIR="$(build_dir "$stack")" \
-    ./run.sh test --stack "$stack" "$@"
+  "$ROOT/tests/stacks/root.sh" run "$release" --isolated -- ./run.sh test --stack "$stack" "$@"
 }
 
 cmd_test() {
