@@ -1,7 +1,7 @@
 // Node shapes where the first plans went wrong (fewer tasks than GPUs, a step on part of a node, CPU-only nodes
-// with several NUMA domains, AMD GPUs), replayed on saved and synthetic topologies (data/README.md) with the expected plans written
-// out. Each comment says which fact of the topology and which rule of binding.hpp decides the value; "before"
-// names what the plan was before these rules, where it differs.
+// with several NUMA domains, AMD GPUs), replayed on saved and synthetic topologies (data/README.md) with the
+// expected plans written out. Each comment says which fact of the topology and which rule of binding.hpp decides
+// the value; "before" names what the plan was before these rules, where it differs.
 #include <gtest/gtest.h>
 
 #include "binding.hpp"
