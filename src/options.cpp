@@ -8,16 +8,6 @@
 namespace ddp {
 namespace {
 
-constexpr std::string_view kBackendNames = "auto|gloo|nccl|mpi";
-
-std::optional<Backend> backend_named(std::string_view name) {
-  if (name == "auto") return Backend::Auto;
-  if (name == "gloo") return Backend::Gloo;
-  if (name == "nccl") return Backend::Nccl;
-  if (name == "mpi") return Backend::Mpi;
-  return std::nullopt;
-}
-
 void apply_ddp(Options& options, std::optional<std::string_view> value) {
   if (value == "off") {
     options.enabled = false;
@@ -130,7 +120,7 @@ void set_default_backend(Config& config, std::string_view value) {
 const std::vector<ConfigKey>& config_keys() {
   static const std::vector<ConfigKey> keys = {
       {"port_range", "FIRST-LAST within 1024-65535, outside the kernel's ephemeral range", set_port_range},
-      {"default_backend", "auto|gloo|nccl|mpi", set_default_backend},
+      {"default_backend", kBackendNames.data(), set_default_backend},
       {"snapshot_dir", "an absolute path, with %u (user), %j (job id), %x (job name)", set_snapshot_dir},
       {"bind", "closest|none", set_bind},
       {"nic", "an interface name, or auto", set_nic},
@@ -147,16 +137,6 @@ std::string known_keys() {
 }
 
 }  // namespace
-
-const char* to_string(Backend backend) {
-  switch (backend) {
-    case Backend::Auto: return "auto";
-    case Backend::Gloo: return "gloo";
-    case Backend::Nccl: return "nccl";
-    case Backend::Mpi: return "mpi";
-  }
-  return "?";
-}
 
 const char* to_string(BindMode mode) { return mode == BindMode::Closest ? "closest" : "none"; }
 

@@ -27,13 +27,24 @@ uint64_t require_uint(std::string_view text, uint64_t min, uint64_t max, std::st
 
 std::string quote(std::string_view text) {
   // Values come from users and environments: keep error lines single-line and bounded.
-  constexpr size_t kMaxShown = 120;
-  std::string out = "'";
-  for (char c : text.substr(0, kMaxShown)) {
-    out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return "'" + printable(text, 120) + "'";
+}
+
+std::string printable(std::string_view text, size_t max_length) {
+  std::string out;
+  for (char c : text.substr(0, max_length)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (text.size() > max_length) out += "...";
+  return out;
+}
+
+std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t at; (at = text.find(separator, start)) != std::string_view::npos; start = at + 1) {
+    if (at > start) parts.emplace_back(text.substr(start, at - start));
   }
-  if (text.size() > kMaxShown) out += "...";
-  return out + "'";
+  if (start < text.size()) parts.emplace_back(text.substr(start));
+  return parts;
 }
 
 }  // namespace ddp

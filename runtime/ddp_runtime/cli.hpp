@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp_runtime/launch.hpp"
+#include "backend.hpp"
+#include "env.hpp"
 
 namespace ddp::runtime {
 
@@ -29,7 +30,7 @@ struct TrainOptions {
   int keep = 3;
   std::string resume;  // a snapshot file to start from instead of the newest in snapshot_dir
   std::string output = "finalmodel.pt";
-  std::optional<BackendHint> backend;  // overrides DDP_BACKEND
+  std::optional<Backend> backend;     // overrides DDP_BACKEND
   double timeout_seconds = 1800.0;     // PyTorch's default process-group timeout
   double bucket_cap_mb = 25.0;         // DDP's bucket_cap_mb
   bool help = false;

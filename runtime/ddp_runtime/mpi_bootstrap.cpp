@@ -1,10 +1,9 @@
 #include "ddp_runtime/mpi_bootstrap.hpp"
 
 #include "error.hpp"
+#include "netif.hpp"
 
 #ifdef DDP_WITH_MPI
-#include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <mpi.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -26,19 +25,14 @@ namespace ddp::runtime {
 #ifdef DDP_WITH_MPI
 namespace {
 
-std::string interface_address(const std::string& interface) {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) throw Error("cannot list network interfaces to find " + interface);
-  std::string address;
-  for (ifaddrs* entry = list; entry != nullptr && address.empty(); entry = entry->ifa_next) {
-    if (entry->ifa_addr == nullptr || entry->ifa_addr->sa_family != AF_INET || interface != entry->ifa_name) continue;
-    char text[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(entry->ifa_addr)->sin_addr, text, sizeof text);
-    address = text;
+std::string interface_address(const std::string& name) {
+  const std::vector<Interface> interfaces = list_interfaces();
+  if (const Interface* interface = find_interface(interfaces, name)) {
+    for (const IpAddress& address : interface->addresses) {
+      if (address.family == AF_INET) return to_string(address);
+    }
   }
-  freeifaddrs(list);
-  if (address.empty()) throw Error("GLOO_SOCKET_IFNAME=" + interface + " has no IPv4 address on this host; name an interface that ip addr lists");
-  return address;
+  throw Error("GLOO_SOCKET_IFNAME=" + name + " has no IPv4 address on this host; name an interface that ip addr lists");
 }
 
 // Same host name torchrun's --standalone would use: the one the other ranks can resolve.

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "ddp_runtime/launch.hpp"
+#include "launch.hpp"
 
 namespace ddp::runtime {
 

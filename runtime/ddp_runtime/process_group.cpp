@@ -43,15 +43,15 @@ compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds time
   }
 }
 
-std::string choose_backend(BackendHint hint) {
+std::string choose_backend(Backend hint) {
   switch (hint) {
-    case BackendHint::Gloo: return "gloo";
-    case BackendHint::Nccl:
+    case Backend::Gloo: return "gloo";
+    case Backend::Nccl:
       compat::require_nccl();
       if (!torch::cuda::is_available()) throw Error("backend nccl needs a GPU, and no CUDA device is visible; use DDP_BACKEND=gloo");
       return "nccl";
-    case BackendHint::Mpi: return "mpi";
-    case BackendHint::Auto: break;
+    case Backend::Mpi: return "mpi";
+    case Backend::Auto: break;
   }
   return compat::nccl_built() && torch::cuda::is_available() ? "nccl" : "gloo";
 }
@@ -81,7 +81,7 @@ c10::Device device_for(const std::string& backend, int local_rank) {
 
 }  // namespace
 
-Distributed init_distributed(Launch launch, BackendHint hint, std::chrono::milliseconds timeout) {
+Distributed init_distributed(Launch launch, Backend hint, std::chrono::milliseconds timeout) {
   const std::string backend = choose_backend(hint);
   Distributed dist;
   dist.group = make_group(launch, backend, timeout);

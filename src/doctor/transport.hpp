@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "doctor/socket.hpp"
+#include "socket.hpp"
 #include "doctor/wire.hpp"
 
 namespace ddp::doctor {

@@ -30,12 +30,13 @@ TEST(Interface, LoopbackIsUpWithItsAddress) {
 }
 
 TEST(Interface, RouteToALoopbackAddressGoesThroughLo) {
-  const auto route = route_to("127.0.0.1");
-  ASSERT_TRUE(route);
-  EXPECT_EQ(route->interface, "lo");
-  EXPECT_EQ(route->source_address, "127.0.0.1");
-  EXPECT_FALSE(route_to("not-an-address"));
+  const auto route = choose_interface(std::nullopt, fake_env({}), "127.0.0.1");
+  EXPECT_EQ(route.name, "lo");
+  EXPECT_EQ(route.source, "route to MASTER_ADDR");
+  EXPECT_TRUE(contains(choose_interface(std::nullopt, fake_env({}), "not-an-address").error,
+                       "MASTER_ADDR 'not-an-address' is not a numeric IPv4 or IPv6 address"));
   EXPECT_TRUE(is_local_address("127.0.0.1"));
+  EXPECT_FALSE(is_local_address("not-an-address"));
   EXPECT_FALSE(is_local_address("192.0.2.77"));  // TEST-NET-1: never assigned to a real host
 }
 

@@ -184,7 +184,7 @@ TEST(DdpTrain, RefusesBadInputWithOneLineAndExitStatus2) {
   expect_refused({"5", "1"}, {{"DDP_BACKEND", "mpi"}}, "the MPI process group is not built");
 #endif
   expect_refused({"--backend", "nccl", "5", "1"}, {}, "NCCL backend is not built");
-  expect_refused({"5", "1"}, {{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK=2 is not below WORLD_SIZE=2");
+  expect_refused({"5", "1"}, {{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK '2' is not below WORLD_SIZE 2");
   expect_refused({"--workload", "fashion-mnist", "--data", dir, "5", "1"}, {}, "has no train-images-idx3-ubyte");
 }
 

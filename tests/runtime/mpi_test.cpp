@@ -8,9 +8,9 @@
 #include <iostream>
 
 #include "ddp_runtime/error_message.hpp"
-#include "ddp_runtime/launch.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/process_group.hpp"
+#include "launch.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
@@ -151,8 +151,8 @@ void try_bad_calls(const Distributed& mpi) {
 
 int mpi_collectives_worker() {
   const Launch launch = launch_from_environment(process_environment());
-  const Distributed gloo = init_distributed(launch, BackendHint::Gloo, std::chrono::seconds(60));
-  const Distributed mpi = init_distributed(launch, BackendHint::Mpi, std::chrono::seconds(60));
+  const Distributed gloo = init_distributed(launch, Backend::Gloo, std::chrono::seconds(60));
+  const Distributed mpi = init_distributed(launch, Backend::Mpi, std::chrono::seconds(60));
   Checker check{mpi.rank};
   compare_allreduce(check, mpi, gloo);
   compare_broadcast_and_allgather(check, mpi, gloo);
@@ -165,7 +165,7 @@ int mpi_collectives_worker() {
 
 int mpi_refusals_worker() {
   const Distributed mpi =
-      init_distributed(launch_from_environment(process_environment()), BackendHint::Mpi, std::chrono::seconds(60));
+      init_distributed(launch_from_environment(process_environment()), Backend::Mpi, std::chrono::seconds(60));
   try_bad_calls(mpi);
   finalize_mpi();
   return 0;
