@@ -203,6 +203,23 @@ bool holds_address(const std::vector<Interface>& interfaces, const std::string& 
   });
 }
 
+std::string advertised_address(const std::vector<std::string>& socket_ifnames) {
+  if (socket_ifnames.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    return host;
+  }
+  const std::string& name = socket_ifnames.front();
+  const std::vector<Interface> interfaces = list_interfaces();
+  if (const Interface* interface = find_interface(interfaces, name)) {
+    for (const IpAddress& address : interface->addresses) {
+      if (address.family == AF_INET) return to_string(address);
+    }
+  }
+  throw Error("GLOO_SOCKET_IFNAME=" + quote(name) + " has no IPv4 address on this host; name an interface that "
+              "ip addr lists");
+}
+
 std::string to_string(const IpAddress& address) {
   char text[INET6_ADDRSTRLEN] = {};
   inet_ntop(address.family, address.bytes.data(), text, sizeof text);

@@ -42,6 +42,11 @@ const Interface* find_interface(const std::vector<Interface>& interfaces, const 
 // Whether one of `interfaces` holds `numeric_address` (which must be numeric; throws NetError otherwise).
 bool holds_address(const std::vector<Interface>& interfaces, const std::string& numeric_address);
 
+// What other nodes can reach this one at, for a rendezvous it hosts: the first IPv4 address of the first of
+// `socket_ifnames` (GLOO_SOCKET_IFNAME's entries), else this node's host name. Throws ddp::Error naming an
+// interface without an IPv4 address.
+std::string advertised_address(const std::vector<std::string>& socket_ifnames);
+
 // The interface of `interfaces` the kernel routes traffic to `master_address` (numeric) through. Throws
 // ddp::Error naming the address when there is no route or no interface holds the source address.
 std::string route_to(const std::vector<Interface>& interfaces, const std::string& master_address);

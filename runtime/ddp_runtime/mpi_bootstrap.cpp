@@ -25,24 +25,6 @@ namespace ddp::runtime {
 #ifdef DDP_WITH_MPI
 namespace {
 
-std::string interface_address(const std::string& name) {
-  const std::vector<Interface> interfaces = list_interfaces();
-  if (const Interface* interface = find_interface(interfaces, name)) {
-    for (const IpAddress& address : interface->addresses) {
-      if (address.family == AF_INET) return to_string(address);
-    }
-  }
-  throw Error("GLOO_SOCKET_IFNAME=" + name + " has no IPv4 address on this host; name an interface that ip addr lists");
-}
-
-// Same host name torchrun's --standalone would use: the one the other ranks can resolve.
-std::string own_address(const Launch& launch) {
-  if (!launch.socket_ifnames.empty()) return interface_address(launch.socket_ifnames.front());
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return host;
-}
-
 // Bind to port 0 and let the kernel pick, as torchrun does for --standalone.
 int free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -203,7 +185,8 @@ void share_master_over_mpi(Launch& launch) {
   std::array<char, 256> address{};
   int port = 0;
   if (launch.rank == 0) {
-    std::strncpy(address.data(), own_address(launch).c_str(), address.size() - 1);
+    // The host name torchrun's --standalone would use, or GLOO_SOCKET_IFNAME's address.
+    std::strncpy(address.data(), advertised_address(launch.socket_ifnames).c_str(), address.size() - 1);
     port = launch.master_port > 0 ? launch.master_port : free_port();
   }
   MPI_Bcast(address.data(), static_cast<int>(address.size()), MPI_CHAR, 0, MPI_COMM_WORLD);

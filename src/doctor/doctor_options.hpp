@@ -33,7 +33,28 @@ struct DoctorOptions {
 
 // Throws ddp::Error with one line naming the option, the value and the fix.
 DoctorOptions parse_doctor_options(const std::vector<std::string>& args);
-std::string doctor_usage();
+
+// How long each phase of a run may take, all from the options: every wait of a rank ends by its phase's deadline,
+// so a run ends within total() however its peers fail, and --help can say how long that is.
+struct TimeBudget {
+  using ms = std::chrono::milliseconds;
+  ms meet;          // 2 x --timeout: rank 0 waits --timeout for the ranks, which wait as long again for its answer
+  ms clock;         // --timeout: the leaders' probes of rank 0's clock
+  ms disk_write;    // the snapshot write test: 3 s with --quick, else 20 s
+  ms node_checks;   // the disk write + 30 s for NVML, hwloc and name lookups, + --timeout to exchange the results
+  ms exchange;      // --timeout: one exchange between ranks (clock offsets, the report, the exit status)
+  ms shared_dir;    // --timeout + 3 s for a network file system to show the other nodes' files
+  ms link_stream;   // the point-to-point stream: 0.5 s with --quick, else 3 s
+  ms link_pair;     // --timeout + link_stream: one pair of nodes, connected and measured (pairs go one at a time,
+                    // and the ranks wait --timeout more for the last)
+  ms allreduce;     // 4 x --timeout per backend: set-up, Gloo's connection, the first all-reduce, the results
+
+  ms total(size_t nodes, size_t backends) const;
+};
+TimeBudget time_budget(const DoctorOptions& options);
+
+// The usage text, ending with the time budget of `options` for `backends` all-reduce backends.
+std::string doctor_usage(const DoctorOptions& options, size_t backends);
 
 // "4G", "512M", "1.5G", "1073741824": binary units K, M, G, T with an optional "iB"/"B". Throws ddp::Error.
 uint64_t parse_size(const std::string& text, const std::string& what);

@@ -1,12 +1,20 @@
 #include "doctor/wire.hpp"
 
+#include <charconv>
+
+#include "parse.hpp"
+
 namespace ddp::doctor {
+namespace {
+
+constexpr size_t kPrefix = 8;
+constexpr int kResultFields = 7;
+
+}  // namespace
 
 WireWriter& WireWriter::put(std::string_view field) {
   const uint64_t length = field.size();
-  char prefix[8];
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((length >> (8 * i)) & 0xff);
-  bytes_.append(prefix, sizeof prefix);
+  for (size_t i = 0; i < kPrefix; ++i) bytes_ += static_cast<char>((length >> (8 * i)) & 0xff);
   bytes_.append(field);
   return *this;
 }
@@ -14,27 +22,35 @@ WireWriter& WireWriter::put(std::string_view field) {
 WireWriter& WireWriter::put_int(int64_t value) { return put(std::to_string(value)); }
 
 std::string WireReader::get() {
-  if (bytes_.size() - next_ < 8) throw ExchangeError("malformed message from another rank (truncated field)");
+  if (bytes_.size() - next_ < kPrefix) throw ExchangeError("malformed message from another rank (truncated field)");
   uint64_t length = 0;
-  for (int i = 0; i < 8; ++i) {
-    length |= static_cast<uint64_t>(static_cast<unsigned char>(bytes_[next_ + static_cast<size_t>(i)])) << (8 * i);
-  }
-  next_ += 8;
+  for (size_t i = 0; i < kPrefix; ++i) length |= uint64_t{static_cast<unsigned char>(bytes_[next_ + i])} << (8 * i);
+  next_ += kPrefix;
   if (length > bytes_.size() - next_) throw ExchangeError("malformed message from another rank (field past its end)");
   std::string field = bytes_.substr(next_, length);
   next_ += length;
   return field;
 }
 
+std::string WireReader::get_text() { return printable(get(), kMaxField); }
+
 int64_t WireReader::get_int() {
   const std::string text = get();
-  try {
-    size_t used = 0;
-    const long long value = std::stoll(text, &used);
-    if (used == text.size()) return value;
-  } catch (const std::exception&) {
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    throw ExchangeError("malformed message from another rank (not a number)");
   }
-  throw ExchangeError("malformed message from another rank (not a number)");
+  return value;
+}
+
+int64_t WireReader::get_int(int64_t min, int64_t max) {
+  const int64_t value = get_int();
+  if (value < min || value > max) {
+    throw ExchangeError("malformed message from another rank (" + std::to_string(value) + " is not within " +
+                        std::to_string(min) + ".." + std::to_string(max) + ")");
+  }
+  return value;
 }
 
 std::string encode_results(const std::vector<CheckResult>& results) {
@@ -47,24 +63,24 @@ std::string encode_results(const std::vector<CheckResult>& results) {
   return out.bytes();
 }
 
-std::vector<CheckResult> decode_results(std::string_view bytes) {
-  WireReader in{std::string(bytes)};
-  const int64_t count = in.get_int();
-  if (count < 0 || static_cast<uint64_t>(count) > bytes.size()) throw ExchangeError("malformed result list");
+std::vector<CheckResult> decode_results(std::string bytes) {
+  // Every result takes at least its fields' length prefixes: no count beyond that can be honest.
+  const auto most = static_cast<int64_t>(bytes.size() / (kResultFields * kPrefix));
+  WireReader in(std::move(bytes));
+  const int64_t count = in.get_int(0, most);
   std::vector<CheckResult> results;
   for (int64_t i = 0; i < count; ++i) {
     CheckResult r;
-    r.check = in.get();
-    const int64_t status = in.get_int();
-    if (status < 0 || status > static_cast<int>(Status::Skip)) throw ExchangeError("malformed result status");
-    r.status = static_cast<Status>(status);
-    r.value = in.get();
-    r.threshold = in.get();
-    r.detail = in.get();
-    r.host = in.get();
-    r.rank = static_cast<int>(in.get_int());
+    r.check = in.get_text();
+    r.status = static_cast<Status>(in.get_int(0, static_cast<int>(Status::Skip)));
+    r.value = in.get_text();
+    r.threshold = in.get_text();
+    r.detail = in.get_text();
+    r.host = in.get_text();
+    r.rank = static_cast<int>(in.get_int(CheckResult::kWholeRun, INT32_MAX));
     results.push_back(std::move(r));
   }
+  if (!in.done()) throw ExchangeError("malformed result list from another rank (bytes after its end)");
   return results;
 }
 

@@ -68,7 +68,7 @@ TEST_F(NodeChecks, EachProblemIsItsOwnFail) {
 }
 
 TEST_F(NodeChecks, InterfaceComesFromTheTasksEnvironment) {
-  request_.env = testing::fake_env({{"GLOO_SOCKET_IFNAME", "ddpnosuch1"}});
+  request_.env = env_with({{"GLOO_SOCKET_IFNAME", "ddpnosuch1"}});
   const auto results = run_node_checks(request_);
   EXPECT_TRUE(contains(find_check(results, "net.interface")->detail, "(chosen by GLOO_SOCKET_IFNAME)"));
 }

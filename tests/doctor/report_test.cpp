@@ -87,7 +87,6 @@ TEST(Report, ExitStatusFailsOnlyOnFail) {
 
 TEST(Wire, ResultsSurviveTheTripBetweenRanks) {
   auto results = sample().results;
-  results[1].detail = std::string("binary\0and\nnewline", 18);
   const auto decoded = decode_results(encode_results(results));
   ASSERT_EQ(decoded.size(), results.size());
   for (size_t i = 0; i < results.size(); ++i) {
@@ -99,6 +98,13 @@ TEST(Wire, ResultsSurviveTheTripBetweenRanks) {
     EXPECT_EQ(decoded[i].host, results[i].host);
     EXPECT_EQ(decoded[i].rank, results[i].rank);
   }
+}
+
+// Lengths carry any byte; what another rank sent arrives as printable text (store_test.cpp has the attacks).
+TEST(Wire, BinaryFieldsArriveIntactInLengthAndPrintable) {
+  auto results = sample().results;
+  results[1].detail = std::string("binary\0and\nnewline", 18);
+  EXPECT_EQ(decode_results(encode_results(results))[1].detail, "binary?and?newline");
 }
 
 TEST(Wire, TruncatedOrForeignMessagesAreErrorsNotCrashes) {
