@@ -11,6 +11,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <sstream>
 #include <type_traits>
 
@@ -23,12 +24,13 @@
 namespace ddp::runtime::compat {
 namespace {
 
-// 1.13: the Gloo, NCCL and MPI groups are ProcessGroups. 2.x: they are Backends that a ProcessGroup dispatches to.
+// 1.13: the Gloo, NCCL and MPI groups are ProcessGroups. 2.x: they are Backends that a ProcessGroup dispatches to,
+// by the device type of the tensors.
 template <class Backend>
 ProcessGroupPtr as_process_group([[maybe_unused]] const StorePtr& store, [[maybe_unused]] int rank,
                                  [[maybe_unused]] int size, c10::intrusive_ptr<Backend> backend,
-                                 [[maybe_unused]] c10::DeviceType device) {
-#if TORCH_VERSION_MAJOR < 2
+                                 [[maybe_unused]] std::initializer_list<c10::DeviceType> devices) {
+#if !DDP_TORCH_AT_LEAST(2, 0)
   return backend;
 #else
   using Group = c10d::ProcessGroup;
@@ -36,12 +38,12 @@ ProcessGroupPtr as_process_group([[maybe_unused]] const StorePtr& store, [[maybe
   const auto type = name == "nccl" ? Group::BackendType::NCCL
                     : name == "mpi" ? Group::BackendType::MPI
                                     : Group::BackendType::GLOO;
-#if TORCH_VERSION_MINOR >= 6
+#if DDP_TORCH_AT_LEAST(2, 6)
   auto group = c10::make_intrusive<Group>(store, rank, size);
 #else
-  auto group = c10::make_intrusive<Group>(store, rank, size, c10::make_intrusive<Group::Options>(backend->getBackendName()));
+  auto group = c10::make_intrusive<Group>(store, rank, size, c10::make_intrusive<Group::Options>(name));
 #endif
-  group->setBackend(device, type, backend);
+  for (const c10::DeviceType device : devices) group->setBackend(device, type, backend);
   group->setDefaultBackend(type);
   return group;
 #endif
@@ -74,7 +76,7 @@ auto state_key_of(Optimizer& optimizer, const at::Tensor& param) {
 }  // namespace
 
 StorePtr make_tcp_store(const std::string& host, c10d::TCPStoreOptions options) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if DDP_TORCH_AT_LEAST(2, 4)
   if (options.useLibUV) {
     try {
       return c10::make_intrusive<c10d::TCPStore>(host, options);
@@ -95,12 +97,12 @@ ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size, const
     options->devices.push_back(gloo_device(interfaces, i));
   }
   auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
-  return as_process_group(store, rank, size, gloo, c10::DeviceType::CPU);
+  return as_process_group(store, rank, size, gloo, {c10::DeviceType::CPU});
 }
 
-ProcessGroupPtr as_cpu_process_group(const c10::intrusive_ptr<GroupImplementation>& group) {
+ProcessGroupPtr as_host_process_group(const c10::intrusive_ptr<GroupImplementation>& group) {
   return as_process_group(c10::make_intrusive<c10d::HashStore>(), group->getRank(), group->getSize(), group,
-                          c10::DeviceType::CPU);
+                          {c10::DeviceType::CPU, c10::DeviceType::CUDA});
 }
 
 bool nccl_built() {
@@ -124,7 +126,7 @@ ProcessGroupPtr make_nccl_group([[maybe_unused]] const StorePtr& store, [[maybe_
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
-  return as_process_group(store, rank, size, nccl, c10::DeviceType::CUDA);
+  return as_process_group(store, rank, size, nccl, {c10::DeviceType::CUDA});
 #else
   require_nccl();
   return {};

@@ -18,6 +18,10 @@
 
 #include <torch/version.h>
 
+// LibTorch releases this runtime is built and tested against: Debian's 1.13 and 2.x (CMake refuses others).
+#define DDP_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
 namespace c10d {
 class Backend;
 struct TCPStoreOptions;
@@ -44,13 +48,15 @@ ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size, const
                                 std::chrono::milliseconds timeout);
 
 // The base class of a group implemented in this runtime (the MPI group): in 1.13 a ProcessGroup itself, in 2.x a
-// Backend, which as_cpu_process_group wraps into a ProcessGroup. Complete after including ProcessGroup.hpp.
-#if TORCH_VERSION_MAJOR < 2
+// Backend, which as_host_process_group wraps into a ProcessGroup. Complete after including ProcessGroup.hpp.
+#if !DDP_TORCH_AT_LEAST(2, 0)
 using GroupImplementation = c10d::ProcessGroup;
 #else
 using GroupImplementation = c10d::Backend;
 #endif
-ProcessGroupPtr as_cpu_process_group(const c10::intrusive_ptr<GroupImplementation>& group);
+// 2.x dispatches each call by the device of its tensors: the group serves CPU tensors, and CUDA tensors reach it too,
+// so that it refuses them with its own message instead of c10d's "no backend for device".
+ProcessGroupPtr as_host_process_group(const c10::intrusive_ptr<GroupImplementation>& group);
 
 // True where LibTorch has CUDA and nccl.h was found at configure time; require_nccl throws ddp::Error otherwise.
 bool nccl_built();

@@ -301,7 +301,7 @@ compat::ProcessGroupPtr make_mpi_group(int rank, int size, std::chrono::millisec
                 " of " + std::to_string(size) + "; start the ranks with mpirun -np N or srun --mpi=pmix");
   }
   start_mpi_thread();
-  return compat::as_cpu_process_group(c10::make_intrusive<MpiGroup>(rank, size, timeout));
+  return compat::as_host_process_group(c10::make_intrusive<MpiGroup>(rank, size, timeout));
 }
 
 #else

@@ -136,9 +136,17 @@ void expect_refused(const std::string& what, const std::function<void()>& call) 
   }
 }
 
-// Without CUDA in this LibTorch, a tensor on the meta device stands in for one on a GPU.
+// Without CUDA in this LibTorch, a tensor on the meta device stands in for one on a GPU. LibTorch 2.x dispatches a
+// ProcessGroup's calls by device, and has no meta kernel for them: the group's backend gets the tensor directly.
 void try_bad_calls(const Distributed& mpi) {
-  expect_refused("device", [&] { run_allreduce(mpi.group, at::empty({4}, at::device(at::kMeta)), RedOp::SUM); });
+  expect_refused("device", [&] {
+    std::vector<at::Tensor> tensors{at::empty({4}, at::device(at::kMeta))};
+#if !DDP_TORCH_AT_LEAST(2, 0)
+    mpi.group->allreduce(tensors)->wait();
+#else
+    mpi.group->getBackend(c10::DeviceType::CPU)->allreduce(tensors)->wait();
+#endif
+  });
   expect_refused("complex", [&] { run_allreduce(mpi.group, at::zeros({4}, at::kComplexFloat), RedOp::SUM); });
   expect_refused("int average", [&] { run_allreduce(mpi.group, at::zeros({4}, at::kInt), RedOp::AVG); });
   expect_refused("float bitwise", [&] { run_allreduce(mpi.group, at::zeros({4}), RedOp::BAND); });
