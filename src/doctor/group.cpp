@@ -34,19 +34,6 @@ std::vector<CheckResult> rank0_meeting(const Launch& launch, const std::vector<i
   return results;
 }
 
-std::vector<int> decode_members(const std::string& bytes, int world_size, int rank) {
-  WireReader in(bytes);
-  std::vector<int> members(static_cast<size_t>(in.get_int(1, world_size)));
-  for (int& member : members) member = static_cast<int>(in.get_int(0, world_size - 1));
-  if (!std::is_sorted(members.begin(), members.end()) || members.front() != 0) {
-    throw ExchangeError("rank 0 sent a malformed list of members");
-  }
-  if (!std::binary_search(members.begin(), members.end(), rank)) {
-    throw ExchangeError("rank 0 stopped waiting for the other ranks before rank " + std::to_string(rank) + " joined");
-  }
-  return members;
-}
-
 }  // namespace
 
 Group::Group(std::unique_ptr<StoreServer> server, std::unique_ptr<StoreClient> store, int rank,
@@ -133,10 +120,7 @@ Meeting meet(Launch launch, std::chrono::milliseconds timeout, const MasterShare
   std::vector<int> members;
   if (launch.rank == 0) {
     members = server->wait_for_ranks(joined_by);
-    WireWriter list;
-    list.put_int(static_cast<int64_t>(members.size()));
-    for (const int member : members) list.put_int(member);
-    store->set("members", list.bytes(), Deadline::after(timeout));
+    store->set("members", encode_members(members), Deadline::after(timeout));
     meeting.results = rank0_meeting(launch, members, timeout);
   } else {
     // Rank 0 publishes the list once every rank came or its own wait ended, up to `timeout` after it started.
@@ -160,24 +144,8 @@ Meeting meet(Launch launch, std::chrono::milliseconds timeout, const MasterShare
 }
 
 std::vector<Peer> exchange_peers(Group& group, const Peer& mine, Deadline deadline) {
-  const std::string bytes = WireWriter()
-                                .put_int(mine.rank)
-                                .put(mine.host)
-                                .put_int(mine.leader)
-                                .put(mine.data_address)
-                                .put_int(mine.storage_ok)
-                                .bytes();
   std::vector<Peer> peers;
-  for (const auto& theirs : group.all_gather("peers", bytes, deadline)) {
-    WireReader in(theirs);
-    Peer peer;
-    peer.rank = static_cast<int>(in.get_int(0, INT32_MAX));
-    peer.host = in.get_text();
-    peer.leader = in.get_int(0, 1) != 0;
-    peer.data_address = in.get_text();
-    peer.storage_ok = in.get_int(0, 1) != 0;
-    peers.push_back(std::move(peer));
-  }
+  for (auto& theirs : group.all_gather("peers", encode_peer(mine), deadline)) peers.push_back(decode_peer(std::move(theirs)));
   return peers;
 }
 

@@ -58,22 +58,16 @@ struct Meeting {
 };
 
 // Under mpirun without MASTER_ADDR: hands rank 0's address and its store's port (launch.master_port on rank 0) to
-// every rank, filling launch.master_addr and launch.master_port (mpi_rendezvous.hpp).
+// every rank, filling launch.master_addr and launch.master_port.
 using MasterSharer = std::function<void(Launch& launch)>;
+// The MasterSharer of mpirun: MPI_Init, a broadcast of rank 0's advertised_address() and port, MPI_Finalize
+// (ddp_doctor_mpi, where MPI was found). Throws ExchangeError when MPI cannot start.
+void share_master_over_mpi(Launch& launch);
 
 // Rank 0 serves the store on MASTER_PORT (a port the kernel picks where `share` hands it out) and waits up to
 // `timeout` for every rank; the others connect, retrying for up to `timeout` while rank 0 is not listening yet,
 // then wait as long again for rank 0's list of members. Throws ExchangeError when this rank cannot meet rank 0.
 Meeting meet(Launch launch, std::chrono::milliseconds timeout, const MasterSharer& share);
-
-// What every rank tells the others before the cross-node checks: where it runs and how to reach it.
-struct Peer {
-  int rank = 0;
-  std::string host;
-  bool leader = false;       // LOCAL_RANK 0: runs the node's checks and speaks for it in node-pair tests
-  std::string data_address;  // address of its chosen interface; empty when that interface failed its check
-  bool storage_ok = false;   // its snapshot directory passed storage.dir
-};
 
 // All members' entries, in members() order.
 std::vector<Peer> exchange_peers(Group& group, const Peer& mine, Deadline deadline);

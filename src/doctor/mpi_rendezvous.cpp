@@ -1,11 +1,10 @@
-#include "doctor/mpi_rendezvous.hpp"
+#include "doctor/group.hpp"
 
 #include <mpi.h>
 
 #include <array>
 #include <cstring>
 
-#include "doctor/wire.hpp"
 #include "netif.hpp"
 
 namespace ddp::doctor {

@@ -1,5 +1,6 @@
 #include "doctor/wire.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include "parse.hpp"
@@ -82,6 +83,49 @@ std::vector<CheckResult> decode_results(std::string bytes) {
   }
   if (!in.done()) throw ExchangeError("malformed result list from another rank (bytes after its end)");
   return results;
+}
+
+std::string encode_members(const std::vector<int>& members) {
+  WireWriter out;
+  out.put_int(static_cast<int64_t>(members.size()));
+  for (const int member : members) out.put_int(member);
+  return out.bytes();
+}
+
+std::vector<int> decode_members(std::string bytes, int world_size, int rank) {
+  const auto most = std::min<int64_t>(world_size, static_cast<int64_t>(bytes.size() / kPrefix));
+  WireReader in(std::move(bytes));
+  std::vector<int> members(static_cast<size_t>(in.get_int(1, most)));
+  for (int& member : members) member = static_cast<int>(in.get_int(0, world_size - 1));
+  if (!in.done() || !std::is_sorted(members.begin(), members.end()) || members.front() != 0) {
+    throw ExchangeError("rank 0 sent a malformed list of members");
+  }
+  if (!std::binary_search(members.begin(), members.end(), rank)) {
+    throw ExchangeError("rank 0 stopped waiting for the other ranks before rank " + std::to_string(rank) + " joined");
+  }
+  return members;
+}
+
+std::string encode_peer(const Peer& peer) {
+  return WireWriter()
+      .put_int(peer.rank)
+      .put(peer.host)
+      .put_int(peer.leader)
+      .put(peer.data_address)
+      .put_int(peer.storage_ok)
+      .bytes();
+}
+
+Peer decode_peer(std::string bytes) {
+  WireReader in(std::move(bytes));
+  Peer peer;
+  peer.rank = static_cast<int>(in.get_int(0, INT32_MAX));
+  peer.host = in.get_text();
+  peer.leader = in.get_int(0, 1) != 0;
+  peer.data_address = in.get_text();
+  peer.storage_ok = in.get_int(0, 1) != 0;
+  if (!in.done()) throw ExchangeError("malformed peer description from another rank");
+  return peer;
 }
 
 }  // namespace ddp::doctor

@@ -9,9 +9,6 @@
 #include "doctor/session.hpp"
 #include "doctor/topology_check.hpp"
 #include "error.hpp"
-#ifdef DDP_DOCTOR_HAVE_MPI
-#include "doctor/mpi_rendezvous.hpp"
-#endif
 #ifdef DDP_DOCTOR_HAVE_NCCL
 #include "doctor/nccl_allreduce.hpp"
 #endif

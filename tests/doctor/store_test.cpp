@@ -48,8 +48,10 @@ std::string members_seen_by_rank1(const std::string& members) {
 }
 
 TEST(WireAttack, MemberCountsOfMinusOneOrTwoToThe28AreRefusedBeforeAnyAllocation) {
-  EXPECT_TRUE(contains(members_seen_by_rank1(WireWriter().put_int(-1).bytes()), "-1 is not within 1..2"));
+  EXPECT_TRUE(contains(members_seen_by_rank1(WireWriter().put_int(-1).bytes()), "-1 is not within 1..1"));
   EXPECT_TRUE(contains(members_seen_by_rank1(WireWriter().put_int(1 << 28).bytes()), "268435456 is not within 1..2"));
+  // However large the run, a count is never above the fields the message holds.
+  EXPECT_THROW(decode_members(WireWriter().put_int(1000).put_int(0).bytes(), 1 << 20, 0), ExchangeError);
   EXPECT_TRUE(contains(members_seen_by_rank1(WireWriter().put_int(2).put_int(0).put_int(7).bytes()),
                        "7 is not within 0..1"));
   EXPECT_TRUE(contains(members_seen_by_rank1(WireWriter().put_int(1).put_int(0).bytes()),
