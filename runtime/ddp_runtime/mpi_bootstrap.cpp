@@ -1,17 +1,12 @@
 #include "ddp_runtime/mpi_bootstrap.hpp"
 
 #include "error.hpp"
-#include "netif.hpp"
 
 #ifdef DDP_WITH_MPI
 #include <mpi.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <array>
 #include <atomic>
-#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -24,21 +19,6 @@ namespace ddp::runtime {
 
 #ifdef DDP_WITH_MPI
 namespace {
-
-// Bind to port 0 and let the kernel pick, as torchrun does for --standalone.
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  socklen_t length = sizeof address;
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    if (fd >= 0) close(fd);
-    throw Error(std::string("cannot find a free TCP port for the rendezvous: ") + std::strerror(errno));
-  }
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 using Clock = std::chrono::steady_clock;
 
@@ -183,16 +163,12 @@ void abort_mpi_job(int status) {
 void share_master_over_mpi(Launch& launch) {
   init_mpi();
   std::array<char, 256> address{};
-  int port = 0;
-  if (launch.rank == 0) {
-    // The host name torchrun's --standalone would use, or GLOO_SOCKET_IFNAME's address.
-    std::strncpy(address.data(), advertised_address(launch.socket_ifnames).c_str(), address.size() - 1);
-    port = launch.master_port > 0 ? launch.master_port : free_port();
-  }
+  int port = launch.master_port;
+  if (launch.rank == 0) std::strncpy(address.data(), launch.master_addr.c_str(), address.size() - 1);
   MPI_Bcast(address.data(), static_cast<int>(address.size()), MPI_CHAR, 0, MPI_COMM_WORLD);
   MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
   launch.master_addr = address.data();
-  launch.master_port = port;
+  launch.master_port = static_cast<uint16_t>(port);
 }
 
 void finalize_mpi() {

@@ -11,9 +11,9 @@
 
 namespace ddp::runtime {
 
-// Under mpirun without MASTER_ADDR (OpenMPI exports only its own variables), rank 0 shares its address and a
-// free port over MPI, so that the TCPStore rendezvous needs nothing from the user. Fills launch.master_addr and
-// launch.master_port.
+// Under mpirun without MASTER_ADDR (OpenMPI exports only its own variables): rank 0's launch.master_addr (its
+// advertised_address) and launch.master_port (where its TCPStore already listens) to every rank, over MPI, so
+// that the rendezvous needs nothing from the user.
 void share_master_over_mpi(Launch& launch);
 
 struct MpiWorld {
