@@ -358,10 +358,10 @@ void Trainer::finish() {
 }
 
 int Trainer::train() {
-  const double cap = options_.bucket_cap_mb * 1024 * 1024;
+  const auto cap = static_cast<int64_t>(options_.bucket_cap_mb * (1 << 20));
   // Gradients as bucket views: one copy of the gradients less each way per step (5% on the MLP-1024 bench).
-  ddp_ = std::make_unique<DistributedModel>(
-      module_, dist_, DdpOptions{static_cast<int64_t>(cap), std::min<int64_t>(int64_t(cap), 1024 * 1024), true});
+  ddp_ = std::make_unique<DistributedModel>(module_, dist_,
+                                            DdpOptions{cap, std::min(cap, kFirstBucketBytes), true});
   const auto start = Clock::now();
   const int64_t first_epoch = progress_.epochs_run;
   for (int64_t epoch = first_epoch; epoch < options_.total_epochs; ++epoch) {

@@ -129,7 +129,7 @@ std::vector<CheckResult> check_allreduce(Group& group, AllreduceBackend& backend
   const int ranks = static_cast<int>(group.members().size());
   // The set-up exchanges, then Gloo's connection and the first all-reduce may each wait for a rank that failed.
   const Deadline set_up = Deadline::after(setup.timeout);
-  const Deadline reported = Deadline::after(4 * setup.timeout);
+  const Deadline reported = Deadline::after(setup.phase);
   const auto reasons = group.all_gather(check, backend.unavailable(), set_up);
   const std::string unavailable = unavailable_reasons(group, reasons);
   if (!unavailable.empty() || ranks < 2) {

@@ -89,7 +89,8 @@ void Group::finish(Deadline deadline) {
   if (server_) server_->wait_for_ranks_to_leave(deadline);
 }
 
-Meeting meet(Launch launch, std::chrono::milliseconds timeout, const MasterSharer& share) {
+Meeting meet(Launch launch, const TimeBudget& budget, const MasterSharer& share) {
+  const auto timeout = budget.exchange;
   Meeting meeting;
   meeting.launch = launch;
   if (launch.source == LaunchSource::SingleProcess) {
@@ -102,6 +103,7 @@ Meeting meet(Launch launch, std::chrono::milliseconds timeout, const MasterShare
                         "MPI to share them: export both (mpirun -x MASTER_ADDR=... -x MASTER_PORT=...)");
   }
   const Deadline joined_by = Deadline::after(timeout);
+  const Deadline members_by = Deadline::after(budget.meet);
   std::unique_ptr<StoreServer> server;
   if (launch.rank == 0) {
     try {
@@ -124,8 +126,8 @@ Meeting meet(Launch launch, std::chrono::milliseconds timeout, const MasterShare
     meeting.results = rank0_meeting(launch, members, timeout);
   } else {
     // Rank 0 publishes the list once every rank came or its own wait ended, up to `timeout` after it started.
-    members = decode_members(store->get("members", waiting_for(0, "members"), Deadline::after(2 * timeout)),
-                             launch.world_size, launch.rank);
+    members = decode_members(store->get("members", waiting_for(0, "members"), members_by), launch.world_size,
+                             launch.rank);
     meeting.results = {make_result("net.master_port", Status::Ok,
                                    "reached " + host_port(launch.master_addr, launch.master_port),
                                    "joined within " + seconds_text(timeout))};

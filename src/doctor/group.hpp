@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "doctor/check.hpp"
+#include "doctor/doctor_options.hpp"
 #include "doctor/store.hpp"
 #include "launch.hpp"
 
@@ -65,9 +66,10 @@ using MasterSharer = std::function<void(Launch& launch)>;
 void share_master_over_mpi(Launch& launch);
 
 // Rank 0 serves the store on MASTER_PORT (a port the kernel picks where `share` hands it out) and waits up to
-// `timeout` for every rank; the others connect, retrying for up to `timeout` while rank 0 is not listening yet,
-// then wait as long again for rank 0's list of members. Throws ExchangeError when this rank cannot meet rank 0.
-Meeting meet(Launch launch, std::chrono::milliseconds timeout, const MasterSharer& share);
+// budget.exchange (--timeout) for every rank; the others connect, retrying for as long while rank 0 is not
+// listening yet, and have its list of members by budget.meet. Throws ExchangeError when this rank cannot meet
+// rank 0.
+Meeting meet(Launch launch, const TimeBudget& budget, const MasterSharer& share);
 
 // All members' entries, in members() order.
 std::vector<Peer> exchange_peers(Group& group, const Peer& mine, Deadline deadline);

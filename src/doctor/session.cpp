@@ -163,6 +163,7 @@ void cross_checks(Group& group, const DoctorRun& run, std::vector<CheckResult>& 
   setup.data_address = me.data_address;
   setup.local_rank = run.launch.local_rank;
   setup.timeout = run.options.timeout;
+  setup.phase = budget.allreduce;
   for (AllreduceBackend* backend : run.backends) {
     append(mine, check_allreduce(group, *backend, setup, allreduce_sizes(run.options.quick), progress));
   }

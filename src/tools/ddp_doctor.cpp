@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
 #endif
   Meeting meeting;
   try {
-    meeting = meet(run.launch, run.options.timeout, share);
+    meeting = meet(run.launch, time_budget(run.options), share);
   } catch (const std::exception& e) {
     const Outcome alone = run_unconnected(run, e.what());
     print(alone, run.options.json);

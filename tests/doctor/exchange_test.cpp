@@ -18,6 +18,7 @@ namespace ddp::doctor {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::budget_of;
 using testing::contains;
 using testing::TempDir;
 
@@ -50,7 +51,7 @@ void run_ranks(int world_size, const std::function<void(Group&)>& body) {
         Launch launch = launch_of(rank, world_size, 0);
         launch.source = LaunchSource::OpenMpi;
         launch.master_addr.clear();
-        const Meeting meeting = meet(launch, 10s, share);
+        const Meeting meeting = meet(launch, budget_of(10s), share);
         body(*meeting.group);
         meeting.group->barrier("test done", Deadline::after(10s));
         meeting.group->finish(Deadline::after(10s));
@@ -106,7 +107,7 @@ TEST(Group, RanksMeetAndRunCollectives) {
 }
 
 TEST(Group, OneProcessAloneGetsItsOwnData) {
-  const Meeting meeting = meet(Launch{}, 1s, nullptr);
+  const Meeting meeting = meet(Launch{}, budget_of(1s), nullptr);
   Group& alone = *meeting.group;
   EXPECT_EQ(alone.describe(), "single");
   EXPECT_EQ(alone.all_gather("a", "mine", Deadline::after(1s)), std::vector<std::string>{"mine"});
@@ -116,7 +117,7 @@ TEST(Group, OneProcessAloneGetsItsOwnData) {
 
 TEST(Group, RankThatCannotReachRankZeroSaysWhereAndHowLong) {
   const RefusingPort nobody;
-  const std::string error = what_of([&] { meet(launch_of(1, 2, nobody.port), 300ms, nullptr); });
+  const std::string error = what_of([&] { meet(launch_of(1, 2, nobody.port), budget_of(300ms), nullptr); });
   EXPECT_TRUE(contains(error, "cannot reach rank 0 at 127.0.0.1:" + std::to_string(nobody.port) + " within 0.3 s: "))
       << error;
   EXPECT_TRUE(contains(error, "connection refused")) << error;
@@ -126,8 +127,8 @@ TEST(Group, RankThatCannotReachRankZeroSaysWhereAndHowLong) {
 TEST(Group, RankZeroGoesOnWithoutRanksThatNeverCameAndReportsThem) {
   const uint16_t port = ddp::testing::reserve_port();
   Meeting rank1;
-  std::thread joiner([&] { rank1 = meet(launch_of(1, 3, port), 5s, nullptr); });
-  const Meeting rank0 = meet(launch_of(0, 3, port), 1s, nullptr);
+  std::thread joiner([&] { rank1 = meet(launch_of(1, 3, port), budget_of(5s), nullptr); });
+  const Meeting rank0 = meet(launch_of(0, 3, port), budget_of(1s), nullptr);
   joiner.join();
   EXPECT_EQ(rank0.group->members(), (std::vector<int>{0, 1}));
   EXPECT_EQ(rank1.group->members(), (std::vector<int>{0, 1}));

@@ -16,6 +16,7 @@ namespace ddp::doctor {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::budget_of;
 using testing::contains;
 using testing::TempDir;
 
@@ -44,7 +45,7 @@ std::string members_seen_by_rank1(const std::string& members) {
   StoreServer server(0, "attack", 2);
   StoreClient forged_rank0("127.0.0.1", server.port(), {"attack", 2, 0}, 2s);
   forged_rank0.set("members", members, Deadline::after(2s));
-  return what_of([&] { meet(rank_of_two(1, server.port()), 2s, nullptr); });
+  return what_of([&] { meet(rank_of_two(1, server.port()), budget_of(2s), nullptr); });
 }
 
 TEST(WireAttack, MemberCountsOfMinusOneOrTwoToThe28AreRefusedBeforeAnyAllocation) {

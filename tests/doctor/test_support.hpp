@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "doctor/check.hpp"
+#include "doctor/doctor_options.hpp"
 #include "env.hpp"
 #include "test_common.hpp"
 
@@ -23,6 +24,13 @@ inline void write_file(const std::string& path, const std::string& content) {
   std::ofstream(path) << content;
 }
 
+
+// The time budget of a run with --timeout `timeout`.
+inline TimeBudget budget_of(std::chrono::milliseconds timeout) {
+  DoctorOptions options;
+  options.timeout = timeout;
+  return time_budget(options);
+}
 
 inline const CheckResult* find_check(const std::vector<CheckResult>& results, const std::string& check) {
   for (const auto& result : results) {
