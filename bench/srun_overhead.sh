@@ -6,7 +6,7 @@
 #   bench/srun_overhead.sh [BUILD_DIR] [RUNS] [NODES]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-$ROOT/build}
+BUILD=$(realpath "${1:-$ROOT/build}")
 RUNS=${2:-30}
 NODES=${3:-2}
 CLUSTER=$ROOT/tests/cluster/cluster.sh
@@ -39,7 +39,7 @@ done
 median() { printf '%s\n' "$@" | sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 mean() { printf '%s\n' "$@" | awk '{s += $1} END {printf "%.1f", s / NR}'; }
 mp=$(median "${plain[@]}") md=$(median "${ddp[@]}")
-printf 'srun_overhead: %s, %d runs each, interleaved, %d nodes x 2 tasks\n' "$(srun --version)" "$RUNS" "$NODES"
+printf 'srun_overhead: %s, %d runs each, interleaved, %d nodes x 2 tasks\n' "$("$CLUSTER" exec srun --version)" "$RUNS" "$NODES"
 printf 'srun_overhead: plain srun        median %6s ms  mean %6s ms\n' "$mp" "$(mean "${plain[@]}")"
 printf 'srun_overhead: srun --ddp        median %6s ms  mean %6s ms\n' "$md" "$(mean "${ddp[@]}")"
 awk -v p="$mp" -v d="$md" 'BEGIN {printf "srun_overhead: --ddp / plain     %.3f  (extra %.1f%%, goal < 5%%)\n", d / p, (d / p - 1) * 100}'

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A real Slurm 22.05 test cluster on one machine: munged, slurmctld and N slurmd, each slurmd in its own
-# network, UTS and mount namespace so that every node looks like a separate host. Needs root.
+# A real Slurm test cluster on one machine (the stack's Slurm: 22.05 on Debian 12, 24.11 on Debian 13): munged,
+# slurmctld and N slurmd, each slurmd in its own network, UTS and mount namespace so that every node looks like a
+# separate host. Needs root.
 #
 #   cluster.sh up [--nodes N] [--plugin /path/ddp.so] [--plugstack-args "k=v ..."]
 #                                        clear leftovers, start, wait until every node is idle; waits first
@@ -31,6 +32,7 @@
 #   $DIR/etc       slurm.conf, mpi.conf, plugstack.conf (`up --plugin P` writes "required P ARGS"; P is a
 #                  copy under $DIR/etc when the job user cannot read P; `env` gives it as DDP_CLUSTER_PLUGIN).
 #   $DIR/log       slurmctld.log, slurmd-nodeK.log, munged.log, jobcomp.log (one line per finished job).
+#   slurm.conf     DDP_CLUSTER_SLURM_CONF_EXTRA: lines `up` adds to slurm.conf (one per line).
 #   Tracing        DDP_CLUSTER_TRACE=1 traces every command with a timestamp; DDP_CLUSTER_KEEP_ON_FAILURE=1
 #                  leaves a failed bring-up in place for inspection.
 #   Ports          slurmctld 16817, slurmd 16818 (not Slurm's 6817/6818), MpiParams ports 12000-12999 (below
@@ -53,6 +55,12 @@
 # - `sbatch --wait` polls slowly (10 s for a 1 s job); lib.sh's wait_job polls every 0.2 s.
 # - `-N2 -n4` places 3+1 tasks (block over 4 claimed CPUs per node): ask for --ntasks-per-node=2.
 # - munged logs "Unauthorized credential for client UID=0" and "Replayed credential" at each step; harmless.
+# - Bring-up, both versions: slurmctld logs "error: Configured MailProg is invalid" and missing state files at
+#   every first start; harmless, and not a reason to stop (the daemon's exit is). Telling a daemon's death from
+#   a process list raced with its daemonizing (a healthy slurmctld was reported dead on a busy machine), hence the
+#   foreground daemons of start_daemon.
+# - Slurm 24.11: a batch job whose SPANK user_init fails drains the node and is requeued onto the next node (which
+#   drains too); tests submit such jobs with --no-requeue.
 set -Eeuo pipefail
 # DDP_CLUSTER_TRACE=1: every command with a timestamp, to see where a slow or failing bring-up spends its time.
 if [ -n "${DDP_CLUSTER_TRACE:-}" ]; then PS4='+ ${EPOCHREALTIME} ${FUNCNAME[0]:-main}: '; set -x; fi
@@ -407,6 +415,32 @@ setup_network() {
     add_node_nic "$k" 0 "$BRIDGE0" "$NET0"
     add_node_nic "$k" 1 "$BRIDGE1" "$NET1"
   done
+  add_static_neighbours
+}
+
+mac_of() { sed -n 's|.*link/ether \([0-9a-f:]*\).*|\1|p'; }  # of `ip -o link show` lines
+node_mac() { ip -n "$NETNS_PREFIX$1" -o link show dev "$2" | mac_of; }
+
+# Every address of the cluster is a permanent neighbour everywhere: no ARP. When every rank of a wide step connects
+# to every other at once, ARP broadcasts flood the bridges, and under load some were dropped until a connection
+# failed with "No route to host" (Gloo of Debian's PyTorch does not retry a failed connect).
+add_static_neighbours() {
+  local k j batch
+  local -a mac0 mac1
+  for k in $(seq "$NODES"); do
+    mac0[k]=$(node_mac "$k" eth0)
+    mac1[k]=$(node_mac "$k" eth1)
+    ip neigh replace "$NET0.$k" lladdr "${mac0[k]}" dev "$BRIDGE0" nud permanent
+  done
+  for k in $(seq "$NODES"); do
+    batch="neigh replace $NET0.$HOST_OCTET lladdr $(ip -o link show dev "$BRIDGE0" | mac_of) dev eth0 nud permanent"$'\n'
+    for j in $(seq "$NODES"); do
+      [ "$j" = "$k" ] && continue
+      batch+="neigh replace $NET0.$j lladdr ${mac0[j]} dev eth0 nud permanent"$'\n'
+      batch+="neigh replace $NET1.$j lladdr ${mac1[j]} dev eth1 nud permanent"$'\n'
+    done
+    ip -n "$NETNS_PREFIX$k" -batch - <<<"$batch"
+  done
 }
 
 add_hosts_lines() {
@@ -487,6 +521,8 @@ MessageTimeout=10
 SlurmdTimeout=60
 TmpFS=$LOCAL
 EOF
+  # Lines a test adds (e.g. KillOnBadExit=1), before the nodes: Slurm reads them like any other.
+  [ -z "${DDP_CLUSTER_SLURM_CONF_EXTRA:-}" ] || printf '%s\n' "$DDP_CLUSTER_SLURM_CONF_EXTRA" >>"$CONF"
   for k in $(seq "$NODES"); do
     echo "NodeName=node$k NodeAddr=$NET0.$k NodeHostname=node$k CPUs=4 RealMemory=2048 State=UNKNOWN" >>"$CONF"
   done
