@@ -37,8 +37,9 @@ void read_master(Launch& launch, const EnvLookup& env, bool required) {
   launch.master_addr = env("MASTER_ADDR").value_or("");
   const auto port = env("MASTER_PORT");
   if (required && (launch.master_addr.empty() || !port)) {
-    throw Error("RANK and WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not; export both (srun --ddp and "
-                "torchrun do), or unset RANK to run a single process");
+    throw Error(
+        "RANK and WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not; export both (srun --ddp and "
+        "torchrun do), or unset RANK to run a single process");
   }
   if (port) launch.master_port = static_cast<uint16_t>(require_uint(*port, 1, 65535, "MASTER_PORT"));
 }
@@ -69,7 +70,8 @@ void read_openmpi(Launch& launch, const EnvLookup& env) {
 void refuse_bare_srun(const EnvLookup& env) {
   const auto tasks = env("SLURM_STEP_NUM_TASKS");
   if (tasks && *tasks != "1" && env("SLURM_PROCID")) {
-    throw Error("SLURM_STEP_NUM_TASKS=" + quote(*tasks) + " but RANK is not set: launch with srun --ddp (or export "
+    throw Error("SLURM_STEP_NUM_TASKS=" + quote(*tasks) +
+                " but RANK is not set: launch with srun --ddp (or export "
                 "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
   }
 }

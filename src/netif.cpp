@@ -144,14 +144,10 @@ SocketInterface beside_loopback_master(const NetworkView& network, const std::op
 
 const char* to_string(SocketReason reason) {
   switch (reason) {
-    case SocketReason::Override:
-      return "--ddp-nic";
-    case SocketReason::ClosestNic:
-      return "closest NIC";
-    case SocketReason::Route:
-      return "route to master";
-    case SocketReason::OnlyInterface:
-      return "only interface up";
+    case SocketReason::Override: return "--ddp-nic";
+    case SocketReason::ClosestNic: return "closest NIC";
+    case SocketReason::Route: return "route to master";
+    case SocketReason::OnlyInterface: return "only interface up";
   }
   return "?";
 }
@@ -216,7 +212,8 @@ std::string advertised_address(const std::vector<std::string>& socket_ifnames) {
       if (address.family == AF_INET) return to_string(address);
     }
   }
-  throw Error("GLOO_SOCKET_IFNAME=" + quote(name) + " has no IPv4 address on this host; name an interface that "
+  throw Error("GLOO_SOCKET_IFNAME=" + quote(name) +
+              " has no IPv4 address on this host; name an interface that "
               "ip addr lists");
 }
 

@@ -146,9 +146,11 @@ const std::vector<OptionSpec>& option_table() {
        "Run the step as PyTorch distributed workers: export RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT... "
        "(the torchrun contract); the value is a backend hint, off disables an inherited #SBATCH --ddp",
        ArgKind::Optional, apply_ddp},
-      {"ddp-port", "N|auto", "Rendezvous port (MASTER_PORT); auto: Slurm's reserved ports, else one derived from the step id",
+      {"ddp-port", "N|auto",
+       "Rendezvous port (MASTER_PORT); auto: Slurm's reserved ports, else one derived from the step id",
        ArgKind::Required, apply_port},
-      {"ddp-verbose", nullptr, "Each task prints its DDP environment to stderr, one line", ArgKind::None, apply_verbose},
+      {"ddp-verbose", nullptr, "Each task prints its DDP environment to stderr, one line", ArgKind::None,
+       apply_verbose},
       {"ddp-snapshot-dir", "PATH",
        "Shared directory for training snapshots, exported as DDP_SNAPSHOT_DIR and created (mode 0700) if missing; "
        "%u user, %j job id, %x job name",
@@ -156,10 +158,14 @@ const std::vector<OptionSpec>& option_table() {
       {"ddp-bind", "closest|none",
        "closest: each task gets its closest GPU, NIC, RDMA device and CPU cores (default); none: no binding",
        ArgKind::Required, apply_bind},
-      {"ddp-nic", "NAME|auto", "Socket interface for NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME; auto: the closest one "
-       "that reaches MASTER_ADDR", ArgKind::Required, apply_nic},
-      {"ddp-check", nullptr, "Check each node (interface, master, GPUs, snapshot directory) before the program "
-       "starts; a failed check fails the step with the reason", ArgKind::None, apply_check},
+      {"ddp-nic", "NAME|auto",
+       "Socket interface for NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME; auto: the closest one "
+       "that reaches MASTER_ADDR",
+       ArgKind::Required, apply_nic},
+      {"ddp-check", nullptr,
+       "Check each node (interface, master, GPUs, snapshot directory) before the program "
+       "starts; a failed check fails the step with the reason",
+       ArgKind::None, apply_check},
   };
   return table;
 }
@@ -187,7 +193,8 @@ Config parse_config(const std::vector<std::string>& args, std::string_view file)
       if (name == candidate.name) key = &candidate;
     }
     if (key == nullptr) {
-      throw Error("plugstack argument " + quote(arg) + where + ": unknown key " + quote(name) + "; known keys: " + known_keys());
+      throw Error("plugstack argument " + quote(arg) + where + ": unknown key " + quote(name) +
+                  "; known keys: " + known_keys());
     }
     const std::string_view value = std::string_view(arg).substr(eq + 1);
     try {

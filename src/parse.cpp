@@ -19,8 +19,8 @@ std::optional<uint64_t> parse_uint(std::string_view text, uint64_t max) {
 uint64_t require_uint(std::string_view text, uint64_t min, uint64_t max, std::string_view what) {
   const auto value = parse_uint(text, max);
   if (!value || *value < min) {
-    throw Error(std::string(what) + " " + quote(text) + " is not a whole number from " + std::to_string(min) +
-                " to " + std::to_string(max));
+    throw Error(std::string(what) + " " + quote(text) + " is not a whole number from " + std::to_string(min) + " to " +
+                std::to_string(max));
   }
   return *value;
 }

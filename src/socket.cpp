@@ -109,7 +109,8 @@ Socket Socket::connect_to(const std::string& host, uint16_t port, Deadline deadl
 }
 
 Socket Socket::listen_on(const std::string& address, uint16_t port) {
-  const AddressList addresses = resolve(address, port, SOCK_STREAM, AI_PASSIVE | (address.empty() ? 0 : AI_NUMERICHOST));
+  const AddressList addresses =
+      resolve(address, port, SOCK_STREAM, AI_PASSIVE | (address.empty() ? 0 : AI_NUMERICHOST));
   // For "every address" prefer the IPv6 wildcard with IPv4 mapped in: one socket serves both families.
   const addrinfo* chosen = addresses.get();
   for (const addrinfo* a = addresses.get(); address.empty() && a != nullptr; a = a->ai_next) {

@@ -44,7 +44,8 @@ int main() {
   for (int64_t bytes = 256; bytes <= (int64_t{64} << 20); bytes *= 4) sizes.push_back(bytes);
   const double bus_factor = 2.0 * (mpi.world_size - 1) / mpi.world_size;  // nccl-tests' busbw for all-reduce
   if (mpi.rank == 0) {
-    std::printf("all-reduce, float SUM in place, %d ranks, c10d allreduce()+wait(), mean time per call\n", mpi.world_size);
+    std::printf("all-reduce, float SUM in place, %d ranks, c10d allreduce()+wait(), mean time per call\n",
+                mpi.world_size);
     std::printf("%12s %10s | %10s %8s %8s | %10s %8s %8s | %10s\n", "size (B)", "count", "MPI us", "algbw", "busbw",
                 "Gloo us", "algbw", "busbw", "Gloo/MPI");
   }

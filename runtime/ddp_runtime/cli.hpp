@@ -34,8 +34,8 @@ struct TrainOptions {
   int keep = 3;
   std::string resume;  // a snapshot file to start from instead of the newest in snapshot_dir
   std::string output = "finalmodel.pt";
-  std::optional<Backend> backend;      // overrides DDP_BACKEND
-  double timeout_seconds = 1800.0;     // PyTorch's default process-group timeout
+  std::optional<Backend> backend;   // overrides DDP_BACKEND
+  double timeout_seconds = 1800.0;  // PyTorch's default process-group timeout
   double bucket_cap_mb = kBucketCapMb;
   bool help = false;
 };

@@ -133,8 +133,9 @@ MpiWorld initialise_mpi() {
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
   }
   if (provided < MPI_THREAD_SERIALIZED) {
-    throw Error("this MPI library provides thread level " + std::to_string(provided) + ", below MPI_THREAD_SERIALIZED (" +
-                std::to_string(MPI_THREAD_SERIALIZED) + ") which the MPI process group needs; use an MPI built with "
+    throw Error("this MPI library provides thread level " + std::to_string(provided) +
+                ", below MPI_THREAD_SERIALIZED (" + std::to_string(MPI_THREAD_SERIALIZED) +
+                ") which the MPI process group needs; use an MPI built with "
                 "thread support (Debian's OpenMPI is), or DDP_BACKEND=gloo");
   }
   MpiWorld world;
@@ -183,8 +184,9 @@ void finalize_mpi() {
 #else
 
 void share_master_over_mpi(Launch&) {
-  throw Error("under mpirun MASTER_ADDR is not set, and this ddp-train was built without MPI to share it; export "
-              "it: mpirun -x MASTER_ADDR=<rank 0's host> -x MASTER_PORT=29500 ...");
+  throw Error(
+      "under mpirun MASTER_ADDR is not set, and this ddp-train was built without MPI to share it; export "
+      "it: mpirun -x MASTER_ADDR=<rank 0's host> -x MASTER_PORT=29500 ...");
 }
 
 MpiWorld init_mpi() { throw Error("this program was built without MPI; install libopenmpi-dev and rebuild"); }

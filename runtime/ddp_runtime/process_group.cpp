@@ -1,9 +1,9 @@
 #include "ddp_runtime/process_group.hpp"
 
+#include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/cuda.h>
 
 #include <stdexcept>
 
@@ -50,7 +50,8 @@ std::string choose_backend(Backend hint) {
     case Backend::Gloo: return "gloo";
     case Backend::Nccl:
       compat::require_nccl();
-      if (!torch::cuda::is_available()) throw Error("backend nccl needs a GPU, and no CUDA device is visible; use DDP_BACKEND=gloo");
+      if (!torch::cuda::is_available())
+        throw Error("backend nccl needs a GPU, and no CUDA device is visible; use DDP_BACKEND=gloo");
       return "nccl";
     case Backend::Mpi: return "mpi";
     case Backend::Auto: break;

@@ -67,8 +67,8 @@ std::string exchange_set_up(Group& group, AllreduceBackend& backend, const Colle
   } catch (const std::exception& e) {
     error = e.what();
   }
-  const auto everyone = group.all_gather(backend.name() + " set-up", WireWriter().put(error).put(payload).bytes(),
-                                         deadline);
+  const auto everyone =
+      group.all_gather(backend.name() + " set-up", WireWriter().put(error).put(payload).bytes(), deadline);
   if (!error.empty()) throw std::runtime_error(error);
   for (size_t member = 0; member < everyone.size(); ++member) {
     if (!WireReader(everyone[member]).get().empty()) {

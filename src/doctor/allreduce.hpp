@@ -37,8 +37,8 @@ struct AllreduceTiming {
 };
 
 struct CollectiveSetup {
-  std::string data_address;  // this rank's address on the chosen interface
-  int local_rank = 0;        // which GPU a GPU backend takes
+  std::string data_address;                  // this rank's address on the chosen interface
+  int local_rank = 0;                        // which GPU a GPU backend takes
   std::chrono::milliseconds timeout{30000};  // each wait: the set-up exchanges, Gloo's connection and operations
   std::chrono::milliseconds phase{120000};   // the whole check ends within this (TimeBudget::allreduce)
 };

@@ -26,7 +26,8 @@ using Setter = std::function<void(DoctorOptions&, const std::string&)>;
 const std::map<std::string, Setter>& valued_options() {
   static const std::map<std::string, Setter> table{
       {"--snapshot-dir", [](DoctorOptions& o, const std::string& v) { o.snapshot_dir = v; }},
-      {"--snapshot-size", [](DoctorOptions& o, const std::string& v) { o.snapshot_bytes = parse_size(v, "--snapshot-size"); }},
+      {"--snapshot-size",
+       [](DoctorOptions& o, const std::string& v) { o.snapshot_bytes = parse_size(v, "--snapshot-size"); }},
       {"--data-dir", [](DoctorOptions& o, const std::string& v) { o.data_dir = v; }},
       {"--interface", [](DoctorOptions& o, const std::string& v) { o.interface = v; }},
       {"--master-addr", [](DoctorOptions& o, const std::string& v) { o.master_addr = v; }},
@@ -42,10 +43,16 @@ const std::map<std::string, Setter>& valued_options() {
        [](DoctorOptions& o, const std::string& v) {
          o.workers = static_cast<unsigned>(require_uint(v, 0, 4096, "--workers"));
        }},
-      {"--min-net-gbps", [](DoctorOptions& o, const std::string& v) { o.thresholds.min_net_gbps = parse_positive(v, "--min-net-gbps"); }},
-      {"--max-rtt-us", [](DoctorOptions& o, const std::string& v) { o.thresholds.max_rtt_us = parse_positive(v, "--max-rtt-us"); }},
-      {"--min-disk-mbps", [](DoctorOptions& o, const std::string& v) { o.thresholds.min_disk_mbps = parse_positive(v, "--min-disk-mbps"); }},
-      {"--max-clock-ms", [](DoctorOptions& o, const std::string& v) { o.thresholds.max_clock_ms = parse_positive(v, "--max-clock-ms"); }},
+      {"--min-net-gbps",
+       [](DoctorOptions& o, const std::string& v) { o.thresholds.min_net_gbps = parse_positive(v, "--min-net-gbps"); }},
+      {"--max-rtt-us",
+       [](DoctorOptions& o, const std::string& v) { o.thresholds.max_rtt_us = parse_positive(v, "--max-rtt-us"); }},
+      {"--min-disk-mbps",
+       [](DoctorOptions& o, const std::string& v) {
+         o.thresholds.min_disk_mbps = parse_positive(v, "--min-disk-mbps");
+       }},
+      {"--max-clock-ms",
+       [](DoctorOptions& o, const std::string& v) { o.thresholds.max_clock_ms = parse_positive(v, "--max-clock-ms"); }},
   };
   return table;
 }
@@ -90,10 +97,16 @@ uint64_t parse_size(const std::string& text, const std::string& what) {
   char* end = nullptr;
   const double number = text.empty() ? -1 : std::strtod(text.c_str(), &end);
   const std::string unit = end ? std::string(end) : "";
-  static const std::map<std::string, double> kUnits{
-      {"", 1},        {"B", 1},           {"K", 1024.0},      {"KiB", 1024.0},         {"M", 1048576.0},
-      {"MiB", 1048576.0}, {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"T", 1099511627776.0},
-      {"TiB", 1099511627776.0}};
+  static const std::map<std::string, double> kUnits{{"", 1},
+                                                    {"B", 1},
+                                                    {"K", 1024.0},
+                                                    {"KiB", 1024.0},
+                                                    {"M", 1048576.0},
+                                                    {"MiB", 1048576.0},
+                                                    {"G", 1073741824.0},
+                                                    {"GiB", 1073741824.0},
+                                                    {"T", 1099511627776.0},
+                                                    {"TiB", 1099511627776.0}};
   const auto scale = kUnits.find(unit);
   if (number <= 0 || !std::isfinite(number) || scale == kUnits.end() || text[0] == '+' ||
       number * scale->second >= 1.8e19) {

@@ -18,15 +18,16 @@ std::vector<CheckResult> rank0_meeting(const Launch& launch, const std::vector<i
   const std::string check = "net.master_port";
   const std::string where = host_port(launch.master_addr, launch.master_port);
   const std::string threshold = "joined within " + seconds_text(timeout);
-  std::vector<CheckResult> results{make_result(check, Status::Ok, "listening on " + std::to_string(launch.master_port),
-                                               threshold, std::to_string(members.size()) + " of " +
-                                                              std::to_string(launch.world_size) + " ranks joined")};
+  std::vector<CheckResult> results{
+      make_result(check, Status::Ok, "listening on " + std::to_string(launch.master_port), threshold,
+                  std::to_string(members.size()) + " of " + std::to_string(launch.world_size) + " ranks joined")};
   for (int rank = 1; rank < launch.world_size; ++rank) {
     if (std::binary_search(members.begin(), members.end(), rank)) continue;
     CheckResult missing = make_result(
         check, Status::Fail, "never connected", threshold,
-        "rank " + std::to_string(rank) + " did not reach rank 0 at " + where + ": its own output says why (its node "
-        "cannot reach MASTER_ADDR:MASTER_PORT, a firewall or security group drops it, or it did not start)");
+        "rank " + std::to_string(rank) + " did not reach rank 0 at " + where +
+            ": its own output says why (its node "
+            "cannot reach MASTER_ADDR:MASTER_PORT, a firewall or security group drops it, or it did not start)");
     missing.rank = rank;
     missing.host = "?";
     results.push_back(std::move(missing));
@@ -38,7 +39,10 @@ std::vector<CheckResult> rank0_meeting(const Launch& launch, const std::vector<i
 
 Group::Group(std::unique_ptr<StoreServer> server, std::unique_ptr<StoreClient> store, int rank,
              std::vector<int> members, std::string description)
-    : server_(std::move(server)), store_(std::move(store)), rank_(rank), members_(std::move(members)),
+    : server_(std::move(server)),
+      store_(std::move(store)),
+      rank_(rank),
+      members_(std::move(members)),
       description_(std::move(description)) {}
 
 int Group::index() const {
@@ -54,7 +58,8 @@ std::vector<std::string> Group::gather(const std::string& step, const std::strin
   }
   std::vector<std::string> all;
   for (const int member : members_) {
-    all.push_back(member == 0 ? mine : store_->get(key + "/" + std::to_string(member), waiting_for(member, step), deadline));
+    all.push_back(member == 0 ? mine
+                              : store_->get(key + "/" + std::to_string(member), waiting_for(member, step), deadline));
   }
   return all;
 }
@@ -99,8 +104,9 @@ Meeting meet(Launch launch, const TimeBudget& budget, const MasterSharer& share)
   }
   const bool shared = launch.source == LaunchSource::OpenMpi && (launch.master_addr.empty() || launch.master_port == 0);
   if (shared && !share) {
-    throw ExchangeError("started by mpirun without MASTER_ADDR and MASTER_PORT, and this ddp-doctor was built without "
-                        "MPI to share them: export both (mpirun -x MASTER_ADDR=... -x MASTER_PORT=...)");
+    throw ExchangeError(
+        "started by mpirun without MASTER_ADDR and MASTER_PORT, and this ddp-doctor was built without "
+        "MPI to share them: export both (mpirun -x MASTER_ADDR=... -x MASTER_PORT=...)");
   }
   const Deadline joined_by = Deadline::after(timeout);
   const Deadline members_by = Deadline::after(budget.meet);
@@ -115,7 +121,8 @@ Meeting meet(Launch launch, const TimeBudget& budget, const MasterSharer& share)
     launch.master_port = server->port();
   }
   if (shared) share(launch);
-  const std::string description = launch.source == LaunchSource::OpenMpi ? "mpi" : "tcp " + host_port(launch.master_addr, launch.master_port);
+  const std::string description =
+      launch.source == LaunchSource::OpenMpi ? "mpi" : "tcp " + host_port(launch.master_addr, launch.master_port);
   const Greeting greeting{launch.run_id, launch.world_size, launch.rank};
   auto store = std::make_unique<StoreClient>(launch.rank == 0 ? "127.0.0.1" : launch.master_addr, launch.master_port,
                                              greeting, timeout);
@@ -126,8 +133,8 @@ Meeting meet(Launch launch, const TimeBudget& budget, const MasterSharer& share)
     meeting.results = rank0_meeting(launch, members, timeout);
   } else {
     // Rank 0 publishes the list once every rank came or its own wait ended, up to `timeout` after it started.
-    members = decode_members(store->get("members", waiting_for(0, "members"), members_by), launch.world_size,
-                             launch.rank);
+    members =
+        decode_members(store->get("members", waiting_for(0, "members"), members_by), launch.world_size, launch.rank);
     meeting.results = {make_result("net.master_port", Status::Ok,
                                    "reached " + host_port(launch.master_addr, launch.master_port),
                                    "joined within " + seconds_text(timeout))};
@@ -135,19 +142,21 @@ Meeting meet(Launch launch, const TimeBudget& budget, const MasterSharer& share)
   if (shared) {
     meeting.results = {};
     if (launch.rank == 0) {
-      meeting.results.push_back(skipped("net.master_port", "no MASTER_ADDR/MASTER_PORT to probe: export them or pass "
-                                                           "--master-addr/--master-port"));
+      meeting.results.push_back(skipped("net.master_port",
+                                        "no MASTER_ADDR/MASTER_PORT to probe: export them or pass "
+                                        "--master-addr/--master-port"));
     }
   }
-  meeting.group = std::make_unique<Group>(std::move(server), std::move(store), launch.rank, std::move(members),
-                                          description);
+  meeting.group =
+      std::make_unique<Group>(std::move(server), std::move(store), launch.rank, std::move(members), description);
   meeting.launch = launch;
   return meeting;
 }
 
 std::vector<Peer> exchange_peers(Group& group, const Peer& mine, Deadline deadline) {
   std::vector<Peer> peers;
-  for (auto& theirs : group.all_gather("peers", encode_peer(mine), deadline)) peers.push_back(decode_peer(std::move(theirs)));
+  for (auto& theirs : group.all_gather("peers", encode_peer(mine), deadline))
+    peers.push_back(decode_peer(std::move(theirs)));
   return peers;
 }
 

@@ -25,9 +25,9 @@ class Group {
   int rank() const { return rank_; }
   // The ranks taking part, ascending, rank 0 first: ranks that never reached rank 0 are not members.
   const std::vector<int>& members() const { return members_; }
-  int index() const;                                              // this rank's position in members()
+  int index() const;                                            // this rank's position in members()
   const std::string& describe() const { return description_; }  // "tcp 10.0.0.1:29500", "mpi", "single"
-  StoreClient* store() { return store_.get(); }                   // null for one process on its own
+  StoreClient* store() { return store_.get(); }                 // null for one process on its own
   // A key of its own for each call: "step/N".
   std::string unique_key(const std::string& step) { return step + "/" + std::to_string(++steps_); }
 

@@ -107,15 +107,17 @@ CheckResult check_link_speed(const InterfaceInfo& info, double min_gbps) {
   const std::string check = "net.link_speed";
   if (!info.exists || !info.up) return skipped(check, "interface " + quote(info.name) + " is not usable");
   if (!info.speed_mbps) {
-    return skipped(check, info.name + " reports no link speed (a virtual interface); net.p2p_bw measures what it carries");
+    return skipped(check,
+                   info.name + " reports no link speed (a virtual interface); net.p2p_bw measures what it carries");
   }
   const double gbps = static_cast<double>(*info.speed_mbps) / 1000;
-  const std::string threshold = ">= " + format_fixed(min_gbps, min_gbps == static_cast<long>(min_gbps) ? 0 : 1) +
-                                " Gbit/s";
+  const std::string threshold =
+      ">= " + format_fixed(min_gbps, min_gbps == static_cast<long>(min_gbps) ? 0 : 1) + " Gbit/s";
   const Status status = grade_at_least(gbps, min_gbps, 0);
   return make_result(check, status, info.name + " " + std::to_string(*info.speed_mbps) + " Mb/s", threshold,
-                     status == Status::Ok ? "" : "slower than distributed training needs between nodes; use a "
-                                                 "faster interface (--interface) or upgrade the link");
+                     status == Status::Ok ? ""
+                                          : "slower than distributed training needs between nodes; use a "
+                                            "faster interface (--interface) or upgrade the link");
 }
 
 }  // namespace ddp::doctor

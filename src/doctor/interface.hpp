@@ -13,8 +13,8 @@ namespace ddp::doctor {
 struct InterfaceInfo {
   std::string name;
   bool exists = false;
-  bool up = false;       // IFF_UP: switched on
-  bool running = false;  // IFF_RUNNING: has a carrier
+  bool up = false;                     // IFF_UP: switched on
+  bool running = false;                // IFF_RUNNING: has a carrier
   std::vector<std::string> addresses;  // numeric; IPv4 first, then IPv6 other than link-local
   std::optional<long> speed_mbps;      // /sys/class/net/NAME/speed; none for virtual interfaces
 };

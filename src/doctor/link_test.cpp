@@ -103,8 +103,9 @@ std::vector<CheckResult> grade_link(const LinkMeasurement& measured, const std::
       make_result("net.p2p_bw", bandwidth, format_gbits(rate) + " to " + to,
                   ">= " + format_fixed(min_gbps, 0) + " Gbit/s",
                   format_bytes(measured.bytes) + " in " + format_seconds(measured.seconds) +
-                      (bandwidth == Status::Ok ? "" : "; the guides ask for >= 10 Gbit/s between training nodes: "
-                                                      "check the interface (--interface), cables and switch")),
+                      (bandwidth == Status::Ok ? ""
+                                               : "; the guides ask for >= 10 Gbit/s between training nodes: "
+                                                 "check the interface (--interface), cables and switch")),
       make_result("net.p2p_rtt", latency, format_seconds(measured.rtt_seconds) + " to " + to,
                   "<= " + format_fixed(max_rtt_us, 0) + " us",
                   latency == Status::Ok ? "median round trip over Gloo"
@@ -150,8 +151,8 @@ std::vector<CheckResult> check_links(Group& group, const std::vector<Peer>& peer
         serve_link(context, settings.size);
         continue;
       }
-      const auto measured = grade_link(measure_link(context, settings.size), describe(server), settings.min_gbps,
-                                       settings.max_rtt_us);
+      const auto measured =
+          grade_link(measure_link(context, settings.size), describe(server), settings.min_gbps, settings.max_rtt_us);
       results.insert(results.end(), measured.begin(), measured.end());
     } catch (const std::exception& e) {
       // The measuring side reports; a server's failure shows there as one.
@@ -166,9 +167,9 @@ std::vector<CheckResult> check_links(Group& group, const std::vector<Peer>& peer
       }
     }
   }
-  group.barrier("links", Deadline::after(std::chrono::duration_cast<std::chrono::milliseconds>(
-                             start + settings.per_pair * static_cast<int>(pairs.size()) + wait_for_the_last -
-                             Clock::now())));
+  group.barrier("links",
+                Deadline::after(std::chrono::duration_cast<std::chrono::milliseconds>(
+                    start + settings.per_pair * static_cast<int>(pairs.size()) + wait_for_the_last - Clock::now())));
   return results;
 }
 

@@ -42,7 +42,7 @@ bool resolve(void* library, const char* name, Fn& fn) {
 // Loads both libraries once per process; `error` says what is missing.
 const Api* load_api(std::string& error) {
   static std::string load_error;
-  static const Api* api = [] () -> const Api* {
+  static const Api* api = []() -> const Api* {
     void* cudart = dlopen(DDP_CUDART_LIBRARY, RTLD_NOW | RTLD_LOCAL);
     void* nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
     if (cudart == nullptr || nccl == nullptr) {
@@ -51,16 +51,19 @@ const Api* load_api(std::string& error) {
     }
     static Api loaded{};
     const bool complete =
-        resolve(cudart, "cudaGetDeviceCount", loaded.get_device_count) && resolve(cudart, "cudaSetDevice", loaded.set_device) &&
+        resolve(cudart, "cudaGetDeviceCount", loaded.get_device_count) &&
+        resolve(cudart, "cudaSetDevice", loaded.set_device) &&
         resolve(cudart, "cudaGetErrorString", loaded.error_string) && resolve(cudart, "cudaMalloc", loaded.malloc) &&
         resolve(cudart, "cudaFree", loaded.free) && resolve(cudart, "cudaMemcpy", loaded.memcpy) &&
         resolve(cudart, "cudaStreamCreate", loaded.stream_create) &&
         resolve(cudart, "cudaStreamDestroy", loaded.stream_destroy) &&
-        resolve(cudart, "cudaStreamQuery", loaded.stream_query) && resolve(nccl, "ncclGetUniqueId", loaded.get_unique_id) &&
+        resolve(cudart, "cudaStreamQuery", loaded.stream_query) &&
+        resolve(nccl, "ncclGetUniqueId", loaded.get_unique_id) &&
         resolve(nccl, "ncclCommInitRankConfig", loaded.init_rank_config) &&
-        resolve(nccl, "ncclCommGetAsyncError", loaded.async_error) && resolve(nccl, "ncclAllReduce", loaded.all_reduce) &&
-        resolve(nccl, "ncclCommFinalize", loaded.finalize) && resolve(nccl, "ncclCommDestroy", loaded.destroy) &&
-        resolve(nccl, "ncclCommAbort", loaded.abort) && resolve(nccl, "ncclGetErrorString", loaded.nccl_error_string);
+        resolve(nccl, "ncclCommGetAsyncError", loaded.async_error) &&
+        resolve(nccl, "ncclAllReduce", loaded.all_reduce) && resolve(nccl, "ncclCommFinalize", loaded.finalize) &&
+        resolve(nccl, "ncclCommDestroy", loaded.destroy) && resolve(nccl, "ncclCommAbort", loaded.abort) &&
+        resolve(nccl, "ncclGetErrorString", loaded.nccl_error_string);
     if (!complete) {
       load_error = "the CUDA runtime or NCCL lacks an entry point this tool uses (too old)";
       return nullptr;

@@ -27,8 +27,8 @@ std::vector<CheckResult> ordered(const std::vector<CheckResult>& results) {
 // Printable ASCII only (no terminal escapes from other ranks' text), each column cut to its width.
 Row table_row(const CheckResult& r) {
   const bool whole_run = r.rank == CheckResult::kWholeRun;
-  Row row{whole_run ? "(all)" : r.host, whole_run ? "-" : std::to_string(r.rank), r.check, to_string(r.status),
-          r.value.empty() ? "-" : r.value, r.threshold.empty() ? "-" : r.threshold, r.detail};
+  Row row{whole_run ? "(all)" : r.host,    whole_run ? "-" : std::to_string(r.rank), r.check, to_string(r.status),
+          r.value.empty() ? "-" : r.value, r.threshold.empty() ? "-" : r.threshold,  r.detail};
   for (size_t c = 0; c < kColumns; ++c) row[c] = printable(row[c], c + 1 < kColumns ? kMaxColumn : kMaxField);
   return row;
 }

@@ -25,9 +25,9 @@ struct DoctorRun {
 };
 
 struct Outcome {
-  Report report;         // what this rank prints: all ranks' results on rank 0; its own after a failure
-  bool print = false;    // ranks other than 0 print nothing when all went well
-  int exit_status = 0;   // the same on every rank once rank 0 could tell them
+  Report report;        // what this rank prints: all ranks' results on rank 0; its own after a failure
+  bool print = false;   // ranks other than 0 print nothing when all went well
+  int exit_status = 0;  // the same on every rank once rank 0 could tell them
 };
 
 // The checks this rank runs on its own; leaders (LOCAL_RANK 0) also run the node's checks.

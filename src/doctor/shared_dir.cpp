@@ -62,8 +62,8 @@ void write_token(const std::string& dir, const std::string& nonce, int rank) {
   if (fd < 0) throw Error("cannot create " + quote(path) + ": " + std::strerror(errno));
   const std::string content = token_content(nonce, rank);
   // fsync and close before the others look: close-to-open is all NFS promises.
-  const bool written = write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
-                       fsync(fd) == 0;
+  const bool written =
+      write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) && fsync(fd) == 0;
   close(fd);
   if (!written) throw Error("cannot write " + quote(path) + ": " + std::strerror(errno));
 }
@@ -85,8 +85,8 @@ std::vector<int> missing_tokens(const std::string& dir, const std::string& nonce
 
 CheckResult grade_shared(const std::string& dir, const std::vector<int>& missing, const std::vector<Peer>& others) {
   const std::string threshold = "all nodes' tokens";
-  const std::string value = std::to_string(others.size() - missing.size()) + " of " + std::to_string(others.size()) +
-                            " other node(s)";
+  const std::string value =
+      std::to_string(others.size() - missing.size()) + " of " + std::to_string(others.size()) + " other node(s)";
   if (missing.empty()) return make_result("storage.shared", Status::Ok, value, threshold, dir);
   std::string unseen;
   for (const auto& peer : others) {

@@ -11,7 +11,7 @@ namespace {
 
 constexpr const char* kHello = "ddp-doctor/2";
 constexpr size_t kMaxGreeting = 4096;
-constexpr size_t kSpareConnections = 64;  // beyond the ranks: more strangers are turned away at once
+constexpr size_t kSpareConnections = 64;        // beyond the ranks: more strangers are turned away at once
 constexpr auto kIdle = std::chrono::hours(24);  // between a rank's requests: until it or the server ends
 constexpr auto kRetryPause = std::chrono::milliseconds(100);
 constexpr auto kLateReply = std::chrono::seconds(1);  // a get's "timeout" may come this much after its deadline
@@ -25,8 +25,11 @@ int64_t wall_clock_ns() {
 }
 
 StoreServer::StoreServer(uint16_t port, std::string run_id, int world_size)
-    : listener_(Socket::listen_on("", port)), port_(listener_.local_port()), run_id_(std::move(run_id)),
-      world_size_(world_size), threads_(1) {
+    : listener_(Socket::listen_on("", port)),
+      port_(listener_.local_port()),
+      run_id_(std::move(run_id)),
+      world_size_(world_size),
+      threads_(1) {
   std::thread([this] { accept_connections(); }).detach();
 }
 
@@ -99,8 +102,8 @@ int StoreServer::admit(const Socket& socket) {
     if (run_id != run_id_) {
       refusal = "it belongs to run " + run_id + ", this is run " + run_id_;
     } else if (world_size != world_size_) {
-      refusal = "it says WORLD_SIZE=" + std::to_string(world_size) + ", rank 0 has WORLD_SIZE=" +
-                std::to_string(world_size_);
+      refusal =
+          "it says WORLD_SIZE=" + std::to_string(world_size) + ", rank 0 has WORLD_SIZE=" + std::to_string(world_size_);
     } else if (rank < 0 || rank >= world_size_) {
       refusal = "RANK=" + std::to_string(rank) + " is out of range";
     } else if (!joined_.insert(static_cast<int>(rank)).second) {
@@ -160,7 +163,8 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, const Greeting&
   if (!socket_.valid()) {
     throw ExchangeError("cannot reach rank 0 at " + where_ + " within " +
                         format_fixed(static_cast<double>(timeout.count()) / 1000, timeout.count() % 1000 ? 1 : 0) +
-                        " s: " + reason + " (is rank 0 running, does MASTER_ADDR resolve to its node, and do firewalls " +
+                        " s: " + reason +
+                        " (is rank 0 running, does MASTER_ADDR resolve to its node, and do firewalls " +
                         "or security groups allow TCP port " + std::to_string(port) + " between the nodes?)");
   }
   socket_.set_no_delay();

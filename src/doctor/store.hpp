@@ -62,9 +62,9 @@ class StoreServer {
   std::map<std::string, std::string> values_;
   size_t stored_bytes_ = 0;
   std::set<int> joined_;
-  int connected_ranks_ = 0;     // other than 0
-  std::set<int> connections_;   // their descriptors, shut down when the server stops
-  size_t threads_ = 0;          // the acceptor's and the connections'
+  int connected_ranks_ = 0;    // other than 0
+  std::set<int> connections_;  // their descriptors, shut down when the server stops
+  size_t threads_ = 0;         // the acceptor's and the connections'
   bool stopping_ = false;
 };
 

@@ -58,7 +58,12 @@ std::string encode_results(const std::vector<CheckResult>& results) {
   WireWriter out;
   out.put_int(static_cast<int64_t>(results.size()));
   for (const auto& r : results) {
-    out.put(r.check).put_int(static_cast<int>(r.status)).put(r.value).put(r.threshold).put(r.detail).put(r.host)
+    out.put(r.check)
+        .put_int(static_cast<int>(r.status))
+        .put(r.value)
+        .put(r.threshold)
+        .put(r.detail)
+        .put(r.host)
         .put_int(r.rank);
   }
   return out.bytes();

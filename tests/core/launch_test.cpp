@@ -18,11 +18,17 @@ std::string error_of(const std::map<std::string, std::string>& vars) {
 }
 
 TEST(Launch, ReadsTheTorchrunVariablesThatSrunDdpExports) {
-  const Launch launch = launch_from_environment(
-      env_with({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-                {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "29500"}, {"GLOO_SOCKET_IFNAME", "eth0,ib0"},
-                {"DDP_BACKEND", "gloo"}, {"TORCHELASTIC_RESTART_COUNT", "2"}, {"TORCHELASTIC_RUN_ID", "42.0"},
-                {"OMP_NUM_THREADS", "4,2"}}));
+  const Launch launch = launch_from_environment(env_with({{"RANK", "3"},
+                                                          {"WORLD_SIZE", "4"},
+                                                          {"LOCAL_RANK", "1"},
+                                                          {"LOCAL_WORLD_SIZE", "2"},
+                                                          {"MASTER_ADDR", "node1"},
+                                                          {"MASTER_PORT", "29500"},
+                                                          {"GLOO_SOCKET_IFNAME", "eth0,ib0"},
+                                                          {"DDP_BACKEND", "gloo"},
+                                                          {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                                          {"TORCHELASTIC_RUN_ID", "42.0"},
+                                                          {"OMP_NUM_THREADS", "4,2"}}));
   EXPECT_EQ(launch.source, LaunchSource::Torchrun);
   EXPECT_EQ(launch.rank, 3);
   EXPECT_EQ(launch.world_size, 4);
@@ -53,9 +59,12 @@ TEST(Launch, ReadsOpenMpiVariablesUnderMpirun) {
 
 // A torchrun started by mpirun: its workers inherit mpirun's variables, but RANK is theirs.
 TEST(Launch, TorchrunVariablesWinOverOpenMpis) {
-  const Launch launch = launch_from_environment(
-      env_with({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "7"}, {"WORLD_SIZE", "8"},
-                {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "29500"}}));
+  const Launch launch = launch_from_environment(env_with({{"OMPI_COMM_WORLD_RANK", "1"},
+                                                          {"OMPI_COMM_WORLD_SIZE", "2"},
+                                                          {"RANK", "7"},
+                                                          {"WORLD_SIZE", "8"},
+                                                          {"MASTER_ADDR", "node1"},
+                                                          {"MASTER_PORT", "29500"}}));
   EXPECT_EQ(launch.source, LaunchSource::Torchrun);
   EXPECT_EQ(launch.rank, 7);
   EXPECT_EQ(launch.world_size, 8);
@@ -80,8 +89,12 @@ TEST(Launch, RefusesBadValuesNamingThem) {
             "WORLD_SIZE is not set; the launcher (srun --ddp, torchrun) sets it; unset RANK to run a single process");
   EXPECT_EQ(error_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}),
             "RANK '2' is not below WORLD_SIZE 2; ranks count from 0 to WORLD_SIZE-1");
-  EXPECT_EQ(error_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"},
-                      {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}),
+  EXPECT_EQ(error_of({{"RANK", "0"},
+                      {"WORLD_SIZE", "2"},
+                      {"LOCAL_RANK", "3"},
+                      {"LOCAL_WORLD_SIZE", "2"},
+                      {"MASTER_ADDR", "h"},
+                      {"MASTER_PORT", "1"}}),
             "local rank 3 is not below the local world size 2; check the launcher's LOCAL_RANK and LOCAL_WORLD_SIZE");
   EXPECT_EQ(error_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}}),
             "RANK and WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not; export both (srun --ddp and torchrun "

@@ -181,7 +181,8 @@ TEST(LinkTest, GradesAgainstTheGuidesMinimum) {
 
 TEST(LinkTest, RingOfNodeLeadersThatCanServe) {
   std::vector<Peer> peers(6);
-  for (int r = 0; r < 6; ++r) peers[static_cast<size_t>(r)] = {r, "n" + std::to_string(r / 2), r % 2 == 0, "10.0.0.1", true};
+  for (int r = 0; r < 6; ++r)
+    peers[static_cast<size_t>(r)] = {r, "n" + std::to_string(r / 2), r % 2 == 0, "10.0.0.1", true};
   peers[4].data_address.clear();  // its interface failed its check
   const auto pairs = ring_pairs(peers);
   ASSERT_EQ(pairs.size(), 2u);

@@ -50,8 +50,8 @@ TEST(Interface, MissingInterfaceFailsNamingItAndWhereItCameFrom) {
 
 TEST(Interface, ChoiceFollowsOptionThenGlooThenNcclThenRoute) {
   EXPECT_EQ(choose_interface(std::string("eth7"), env_with({{"GLOO_SOCKET_IFNAME", "lo"}}), "").name, "eth7");
-  const auto gloo = choose_interface(std::nullopt, env_with({{"GLOO_SOCKET_IFNAME", "lo,eth0"},
-                                                             {"NCCL_SOCKET_IFNAME", "eth"}}), "");
+  const auto gloo =
+      choose_interface(std::nullopt, env_with({{"GLOO_SOCKET_IFNAME", "lo,eth0"}, {"NCCL_SOCKET_IFNAME", "eth"}}), "");
   EXPECT_EQ(gloo.name, "lo");
   EXPECT_EQ(gloo.source, "GLOO_SOCKET_IFNAME");
   // NCCL's entries are prefixes ("l" matches lo), '=' asks for the exact name, '^' only excludes.
@@ -116,7 +116,9 @@ TEST_F(DummyInterface, DownInterfaceFailsWithTheCommandThatFixesIt) {
 TEST_F(DummyInterface, UpInterfaceWithoutAnAddressFails) {
   ASSERT_EQ(ip("link set " + name_ + " up"), 0);
   // A veth has a carrier once its peer is up; a dummy has no peer and always has one.
-  ASSERT_EQ(std::system(("ip link set " + name_ + "p up 2>/dev/null || ! ip link show " + name_ + "p >/dev/null 2>&1").c_str()), 0);
+  ASSERT_EQ(std::system(
+                ("ip link set " + name_ + "p up 2>/dev/null || ! ip link show " + name_ + "p >/dev/null 2>&1").c_str()),
+            0);
   // The kernel marks the carrier (IFF_RUNNING) a little after the link is set up (its link watch runs deferred).
   InterfaceInfo info = read_interface(name_);
   for (int i = 0; i < 100 && !info.running; ++i) {

@@ -8,10 +8,10 @@
 namespace ddp::doctor {
 namespace {
 
-
-std::string error_of(const std::function<void()>& body) {
+// The one-line error parse_doctor_options gives for `args`.
+std::string error_of(const std::vector<std::string>& args) {
   try {
-    body();
+    parse_doctor_options(args);
   } catch (const Error& e) {
     return e.what();
   }
@@ -36,17 +36,12 @@ TEST(DoctorOptions, BothSpellingsOfValuedOptions) {
 }
 
 TEST(DoctorOptions, BadInputIsOneLineNamingTheValueAndTheFix) {
-  EXPECT_EQ(error_of([] { parse_doctor_options({"--workers", "many"}); }),
-            "--workers 'many' is not a whole number from 0 to 4096");
-  EXPECT_EQ(error_of([] { parse_doctor_options({"--frobnicate"}); }),
-            "unknown option '--frobnicate'; ddp-doctor --help lists the options");
-  EXPECT_EQ(error_of([] { parse_doctor_options({"--snapshot-dir"}); }),
-            "option --snapshot-dir needs a value, like --snapshot-dir=VALUE");
-  EXPECT_EQ(error_of([] { parse_doctor_options({"--timeout=-1"}); }),
-            "--timeout '-1' is not a positive number; write it like 10 or 2.5");
-  EXPECT_EQ(error_of([] { parse_doctor_options({"--master-port=70000"}); }),
-            "--master-port '70000' is not a whole number from 1 to 65535");
-  EXPECT_EQ(error_of([] { parse_doctor_options({"--snapshot-size=4X"}); }),
+  EXPECT_EQ(error_of({"--workers", "many"}), "--workers 'many' is not a whole number from 0 to 4096");
+  EXPECT_EQ(error_of({"--frobnicate"}), "unknown option '--frobnicate'; ddp-doctor --help lists the options");
+  EXPECT_EQ(error_of({"--snapshot-dir"}), "option --snapshot-dir needs a value, like --snapshot-dir=VALUE");
+  EXPECT_EQ(error_of({"--timeout=-1"}), "--timeout '-1' is not a positive number; write it like 10 or 2.5");
+  EXPECT_EQ(error_of({"--master-port=70000"}), "--master-port '70000' is not a whole number from 1 to 65535");
+  EXPECT_EQ(error_of({"--snapshot-size=4X"}),
             "--snapshot-size '4X' is not a size; write it in bytes or with K, M, G or T, like 4G");
 }
 
@@ -71,7 +66,8 @@ TEST(DoctorOptions, TheTimeBudgetFollowsTimeoutAndQuickAndHelpPrintsIt) {
   const std::string usage = doctor_usage(quick, 1);
   EXPECT_TRUE(testing::contains(usage, "time budget: with these options a rank ends within 166 s + 10.5 s per node"))
       << usage;
-  EXPECT_EQ(time_budget(parse_doctor_options({})).total(2, 2), std::chrono::seconds(60 + 80 + 30 + 33 + 66 + 30 + 240 + 90));
+  EXPECT_EQ(time_budget(parse_doctor_options({})).total(2, 2),
+            std::chrono::seconds(60 + 80 + 30 + 33 + 66 + 30 + 240 + 90));
 }
 
 }  // namespace

@@ -68,9 +68,10 @@ TEST(Report, JsonCarriesEveryFieldEscaped) {
   const std::string json = format_json(sample());
   EXPECT_EQ(json.rfind("{\"ok\":false,\"launcher\":\"tcp 10.0.0.1:29500\",\"world_size\":2,\"nodes\":2,", 0), 0u);
   EXPECT_TRUE(contains(json, "\"counts\":{\"OK\":1,\"WARN\":1,\"FAIL\":1,\"SKIP\":1}"));
-  EXPECT_TRUE(contains(json, "{\"host\":\"node1\",\"rank\":0,\"check\":\"storage.shared\",\"status\":\"FAIL\","
-                             "\"value\":\"0 of 1 other node(s)\",\"threshold\":\"all nodes' tokens\","
-                             "\"detail\":\"not \\\"shared\\\"\"}"));
+  EXPECT_TRUE(contains(json,
+                       "{\"host\":\"node1\",\"rank\":0,\"check\":\"storage.shared\",\"status\":\"FAIL\","
+                       "\"value\":\"0 of 1 other node(s)\",\"threshold\":\"all nodes' tokens\","
+                       "\"detail\":\"not \\\"shared\\\"\"}"));
   EXPECT_TRUE(contains(json, "{\"host\":null,\"rank\":null,\"check\":\"allreduce.gloo\""));
   EXPECT_EQ(json.back(), '\n');
 }

@@ -53,8 +53,8 @@ TEST(WireAttack, MemberCountsOfMinusOneOrTwoToThe28AreRefusedBeforeAnyAllocation
   EXPECT_TRUE(contains(members_seen_by_rank1(WireWriter().put_int(1 << 28).bytes()), "268435456 is not within 1..2"));
   // However large the run, a count is never above the fields the message holds.
   EXPECT_THROW(decode_members(WireWriter().put_int(1000).put_int(0).bytes(), 1 << 20, 0), ExchangeError);
-  EXPECT_TRUE(contains(members_seen_by_rank1(WireWriter().put_int(2).put_int(0).put_int(7).bytes()),
-                       "7 is not within 0..1"));
+  EXPECT_TRUE(
+      contains(members_seen_by_rank1(WireWriter().put_int(2).put_int(0).put_int(7).bytes()), "7 is not within 0..1"));
   EXPECT_TRUE(contains(members_seen_by_rank1(WireWriter().put_int(1).put_int(0).bytes()),
                        "rank 0 stopped waiting for the other ranks before rank 1 joined"));
 }
@@ -73,7 +73,9 @@ TEST(WireAttack, ResultCountsAndLengthsBeyondTheMessageAreRefused) {
 
 TEST(WireAttack, PeerTextReachesTheReportWithoutTerminalEscapesAndCutToMaxField) {
   CheckResult evil = make_result("net.p2p_bw", Status::Ok, "\x1b]0;owned\x07 9 Gbit/s", "", std::string(1 << 20, 'x'));
-  evil.host = "node\x1b[2J\x9b" "1";
+  evil.host =
+      "node\x1b[2J\x9b"
+      "1";
   evil.rank = 1;
   const auto decoded = decode_results(encode_results({evil}));
   ASSERT_EQ(decoded.size(), 1u);

@@ -24,7 +24,6 @@ inline void write_file(const std::string& path, const std::string& content) {
   std::ofstream(path) << content;
 }
 
-
 // The time budget of a run with --timeout `timeout`.
 inline TimeBudget budget_of(std::chrono::milliseconds timeout) {
   DoctorOptions options;

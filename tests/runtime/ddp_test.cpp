@@ -32,8 +32,8 @@ constexpr double kMomentum = 0.9;
 
 torch::nn::Sequential test_model(uint64_t seed, int64_t outputs = 1) {
   at::manual_seed(seed);
-  return torch::nn::Sequential(torch::nn::Linear(8, 32), torch::nn::ReLU(), torch::nn::Linear(32, 32), torch::nn::ReLU(),
-                               torch::nn::Linear(32, outputs));
+  return torch::nn::Sequential(torch::nn::Linear(8, 32), torch::nn::ReLU(), torch::nn::Linear(32, 32),
+                               torch::nn::ReLU(), torch::nn::Linear(32, outputs));
 }
 
 struct Data {
@@ -96,8 +96,8 @@ int train_worker() {
 }
 
 int mismatch_worker() {
-  const Distributed dist = init_distributed(launch_from_environment(process_environment()), Backend::Gloo,
-                                            std::chrono::seconds(60));
+  const Distributed dist =
+      init_distributed(launch_from_environment(process_environment()), Backend::Gloo, std::chrono::seconds(60));
   torch::nn::Sequential model = test_model(1, dist.rank == 0 ? 1 : 2);
   try {
     DistributedModel ddp(model.ptr(), dist);

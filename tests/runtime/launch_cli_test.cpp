@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 #include "ddp_runtime/cli.hpp"
 #include "ddp_runtime/idx.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
@@ -42,13 +41,16 @@ TEST(Cli, ParsesTheSeedsPositionalsAndOptions) {
 }
 
 TEST(Cli, SnapshotDirOptionOverridesTheEnvironmentAndDefaultsToTheWorkingDirectory) {
-  EXPECT_EQ(parse_train_args({"--snapshot-dir", "/mine", "5", "1"}, env_with({{"DDP_SNAPSHOT_DIR", "/plugin"}})).snapshot_dir,
-            "/mine");
+  EXPECT_EQ(
+      parse_train_args({"--snapshot-dir", "/mine", "5", "1"}, env_with({{"DDP_SNAPSHOT_DIR", "/plugin"}})).snapshot_dir,
+      "/mine");
   EXPECT_EQ(parse_train_args({"5", "1"}, env_with({})).snapshot_dir, ".");
 }
 
 TEST(Cli, RefusesBadInputNamingTheValueAndTheFix) {
-  const auto bad = [](std::vector<std::string> args) { return error_of([&] { parse_train_args(args, env_with({})); }); };
+  const auto bad = [](std::vector<std::string> args) {
+    return error_of([&] { parse_train_args(args, env_with({})); });
+  };
   EXPECT_EQ(bad({"--batch-size", "abc", "5", "1"}),
             "--batch-size 'abc' is not a whole number of at least 1; e.g. --batch-size 32");
   EXPECT_NE(bad({"--workload", "resnet", "5", "1"}).find("use seed, mlp or fashion-mnist"), std::string::npos);
@@ -61,11 +63,15 @@ TEST(Cli, RefusesBadInputNamingTheValueAndTheFix) {
 
 TEST(Idx, ReadsUnsignedByteArraysAndRefusesOthers) {
   const std::string dir = testing::make_temp_dir();
-  testing::write_bytes(dir + "/ok", std::string("\0\0\x08\x02\0\0\0\x02\0\0\0\x03" "abcdef", 18));
+  testing::write_bytes(dir + "/ok", std::string("\0\0\x08\x02\0\0\0\x02\0\0\0\x03"
+                                                "abcdef",
+                                                18));
   const IdxArray array = read_idx_file(dir + "/ok");
   EXPECT_EQ(array.dims, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(std::string(array.bytes.begin(), array.bytes.end()), "abcdef");
-  testing::write_bytes(dir + "/short", std::string("\0\0\x08\x01\0\0\0\x09" "abc", 11));
+  testing::write_bytes(dir + "/short", std::string("\0\0\x08\x01\0\0\0\x09"
+                                                   "abc",
+                                                   11));
   EXPECT_NE(error_of([&] { read_idx_file(dir + "/short"); }).find("truncated"), std::string::npos);
   testing::write_bytes(dir + "/gz", "\x1f\x8b\x08\x00");
   EXPECT_NE(error_of([&] { read_idx_file(dir + "/gz"); }).find("gunzip"), std::string::npos);
@@ -79,9 +85,9 @@ TEST(SnapshotFiles, NamesSortByGlobalStepNewestFirst) {
   }
   testing::write_bytes(dir + "/snapshot.pt", "not ours");
   EXPECT_EQ(snapshot_file_name({10, 320}), "snapshot-e000010-s000000000320.pt");
-  EXPECT_EQ(snapshot_paths_newest_first(dir),
-            (std::vector<std::string>{dir + "/snapshot-e000010-s000000000320.pt", dir + "/snapshot-e000005-s000000000160.pt",
-                                      dir + "/snapshot-e000002-s000000000064.pt"}));
+  EXPECT_EQ(snapshot_paths_newest_first(dir), (std::vector<std::string>{dir + "/snapshot-e000010-s000000000320.pt",
+                                                                        dir + "/snapshot-e000005-s000000000160.pt",
+                                                                        dir + "/snapshot-e000002-s000000000064.pt"}));
   prune_snapshots(dir, 1);
   EXPECT_EQ(snapshot_paths_newest_first(dir), (std::vector<std::string>{dir + "/snapshot-e000010-s000000000320.pt"}));
 }

@@ -177,9 +177,7 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 std::string mpi_missing() {
 #ifndef DDP_WITH_MPI
