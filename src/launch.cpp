@@ -21,18 +21,6 @@ std::optional<int> optional_number(const EnvLookup& env, const std::string& name
   return whole_number(env, name, fix);
 }
 
-void check_ranks(const Launch& launch, const std::string& rank_var, const std::string& size_var) {
-  if (launch.world_size < 1) throw Error(size_var + " '0': a run needs at least one process");
-  if (launch.rank >= launch.world_size) {
-    throw Error(rank_var + " '" + std::to_string(launch.rank) + "' is not below " + size_var + " " +
-                std::to_string(launch.world_size) + "; ranks count from 0 to " + size_var + "-1");
-  }
-  if (launch.local_rank >= launch.local_world_size) {
-    throw Error("local rank " + std::to_string(launch.local_rank) + " is not below the local world size " +
-                std::to_string(launch.local_world_size) + "; check the launcher's LOCAL_RANK and LOCAL_WORLD_SIZE");
-  }
-}
-
 void read_master(Launch& launch, const EnvLookup& env, bool required) {
   launch.master_addr = env("MASTER_ADDR").value_or("");
   const auto port = env("MASTER_PORT");
@@ -44,27 +32,42 @@ void read_master(Launch& launch, const EnvLookup& env, bool required) {
   if (port) launch.master_port = static_cast<uint16_t>(require_uint(*port, 1, 65535, "MASTER_PORT"));
 }
 
-void read_torchrun(Launch& launch, const EnvLookup& env) {
-  const std::string fix = "the launcher (srun --ddp, torchrun) sets it; unset RANK to run a single process";
-  launch.source = LaunchSource::Torchrun;
-  launch.rank = whole_number(env, "RANK", fix);
-  launch.world_size = whole_number(env, "WORLD_SIZE", fix);
-  launch.local_rank = optional_number(env, "LOCAL_RANK", fix).value_or(0);
-  launch.local_world_size = optional_number(env, "LOCAL_WORLD_SIZE", fix).value_or(launch.local_rank + 1);
-  launch.run_id = env("TORCHELASTIC_RUN_ID").value_or("");
-  check_ranks(launch, "RANK", "WORLD_SIZE");
-  read_master(launch, env, launch.world_size > 1);
-}
+// The variables one launcher names its ranks with, and what to say when one is wrong.
+struct RankVariables {
+  LaunchSource source;
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;
+  const char* local_world_size;
+  const char* fix;
+};
 
-void read_openmpi(Launch& launch, const EnvLookup& env) {
-  const std::string fix = "mpirun sets it; do not export OMPI_COMM_WORLD_* by hand";
-  launch.source = LaunchSource::OpenMpi;
-  launch.rank = whole_number(env, "OMPI_COMM_WORLD_RANK", fix);
-  launch.world_size = whole_number(env, "OMPI_COMM_WORLD_SIZE", fix);
-  launch.local_rank = optional_number(env, "OMPI_COMM_WORLD_LOCAL_RANK", fix).value_or(0);
-  launch.local_world_size = optional_number(env, "OMPI_COMM_WORLD_LOCAL_SIZE", fix).value_or(launch.local_rank + 1);
-  check_ranks(launch, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
-  read_master(launch, env, false);
+constexpr RankVariables kTorchrun{
+    LaunchSource::Torchrun, "RANK",
+    "WORLD_SIZE",           "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",     "the launcher (srun --ddp, torchrun) sets it; unset RANK to run a single process"};
+constexpr RankVariables kOpenMpi{
+    LaunchSource::OpenMpi,        "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",       "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE", "mpirun sets it; do not export OMPI_COMM_WORLD_* by hand"};
+
+void read_ranks(Launch& launch, const EnvLookup& env, const RankVariables& names) {
+  launch.source = names.source;
+  launch.rank = whole_number(env, names.rank, names.fix);
+  launch.world_size = whole_number(env, names.world_size, names.fix);
+  launch.local_rank = optional_number(env, names.local_rank, names.fix).value_or(0);
+  launch.local_world_size = optional_number(env, names.local_world_size, names.fix).value_or(launch.local_rank + 1);
+  const std::string size_var = names.world_size;
+  if (launch.world_size < 1) throw Error(size_var + " '0': a run needs at least one process");
+  if (launch.rank >= launch.world_size) {
+    throw Error(std::string(names.rank) + " '" + std::to_string(launch.rank) + "' is not below " + size_var + " " +
+                std::to_string(launch.world_size) + "; ranks count from 0 to " + size_var + "-1");
+  }
+  if (launch.local_rank >= launch.local_world_size) {
+    throw Error("local rank " + std::to_string(launch.local_rank) + " is not below the local world size " +
+                std::to_string(launch.local_world_size) + "; check the launcher's " + names.local_rank + " and " +
+                names.local_world_size);
+  }
 }
 
 void refuse_bare_srun(const EnvLookup& env) {
@@ -88,9 +91,12 @@ std::optional<int> outer_thread_count(const std::string& text) {
 Launch launch_from_environment(const EnvLookup& env) {
   Launch launch;
   if (env("RANK") || env("WORLD_SIZE")) {
-    read_torchrun(launch, env);
+    read_ranks(launch, env, kTorchrun);
+    launch.run_id = env("TORCHELASTIC_RUN_ID").value_or("");
+    read_master(launch, env, launch.world_size > 1);
   } else if (env("OMPI_COMM_WORLD_SIZE")) {
-    read_openmpi(launch, env);
+    read_ranks(launch, env, kOpenMpi);
+    read_master(launch, env, false);
   } else {
     refuse_bare_srun(env);
   }
