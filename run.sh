@@ -21,7 +21,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libtorch-dev libgloo-dev libopenblas0-pthread python3-torch
   libgtest-dev
-  iproute2 procps psmisc util-linux shellcheck python3-yaml
+  iproute2 procps psmisc util-linux shellcheck python3-yaml clang-format
   file dpkg-dev bc
 )
 declare -A RELEASE_OF=([debian12]=bookworm [debian13]=trixie)
@@ -68,6 +68,20 @@ run_tests() {
   ctest --test-dir "$(build_dir "$(host_stack)")" --output-on-failure -j 1 "$@"
 }
 
+# ---- Sanitizer leg (core's, issue 14): the unit tests that need no LibTorch (core, topology, launch, doctor with
+# its CLI tests) built again with AddressSanitizer and UndefinedBehaviorSanitizer in BUILD-sanitize; any finding
+# stops the program and fails its test. LibTorch's code is not instrumented, so the runtime's tests stay out.
+sanitizer_leg() {
+  local dir
+  dir=$(build_dir "$(host_stack)")-sanitize
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=ON -DDDP_BUILD_RUNTIME=OFF \
+    -DDDP_BUILD_PLUGIN=OFF >/dev/null &&
+    cmake --build "$dir" -j "$(nproc)" --target core_tests topology_tests launch_tests doctor_tests ddp-doctor \
+      ddp-topo ddp-test-port fake_nvml &&
+    ctest --test-dir "$dir" --output-on-failure -j 1 -R '^(core|topology|launch|doctor)\.'
+}
+# ---- end of the sanitizer leg
+
 # Tests of one stack: here, or inside its root (packages installed with the host's network, tests in a network
 # namespace of their own, so that they meet neither the network nor a test cluster of this machine).
 test_stack() {
@@ -76,8 +90,10 @@ test_stack() {
   if [ "$stack" = "$(host_stack)" ]; then
     install_packages
     build
-    run_tests "$@"
-    return
+    local status=0
+    run_tests "$@" || status=$?
+    [ $# -gt 0 ] || sanitizer_leg || status=$?  # with the whole suite only, not a chosen part of it
+    return "$status"
   fi
   release=${RELEASE_OF[$stack]}
   "$ROOT/tests/stacks/root.sh" create "$release" >/dev/null

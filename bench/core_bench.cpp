@@ -21,9 +21,8 @@ double microseconds_per_call(int calls, Body&& body) {
 int main() {
   const std::string node_list = "gpu-a[0001-2048],gpu-b[0001-1024,2001-3024]";  // 4096 hosts
   size_t sink = 0;
-  const double expand_us = microseconds_per_call(200, [&](int) {
-    sink += ddp::Hostlist::parse(node_list).expand().size();
-  });
+  const double expand_us =
+      microseconds_per_call(200, [&](int) { sink += ddp::Hostlist::parse(node_list).expand().size(); });
 
   ddp::StepInfo step;
   step.job_id = 123456;

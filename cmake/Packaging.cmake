@@ -2,6 +2,7 @@
 #   slurm-ddp-plugin   ddp.so and its plugstack.conf.d snippet (a conffile), tied to the Slurm series built against
 #   slurm-ddp-tools    ddp-topo, ddp-doctor, ddp-train and the sbatch templates
 # Build with: cpack -G DEB --config build/CPackConfig.cmake
+# Licence: BSD-3-Clause (LICENSE), installed as each package's /usr/share/doc/<package>/copyright.
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME slurm-ddp)
 set(CPACK_PACKAGE_VENDOR "slurm-ddp")
@@ -23,6 +24,12 @@ endif()
 set(_conffiles ${CMAKE_BINARY_DIR}/packaging/conffiles)
 file(WRITE ${_conffiles} "${DDP_PLUGSTACK_DIR}/ddp.conf\n")
 set(CPACK_DEBIAN_PLUGIN_PACKAGE_CONTROL_EXTRA ${_conffiles})
+
+set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
+foreach(_component plugin tools)
+  install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/slurm-ddp-${_component}
+          RENAME copyright COMPONENT ${_component})
+endforeach()
 
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME slurm-ddp-tools)
 set(CPACK_DEBIAN_TOOLS_DESCRIPTION "ddp-topo, ddp-doctor, ddp-train and sbatch templates for slurm-ddp")

@@ -113,17 +113,13 @@ class GpuPicker {
 
   static std::string rule_name(size_t rule, const Key& key) {
     switch (rule) {
-      case 0:
-        return "local to the step's CPUs";
-      case 1:
-        return "spread over sockets";
-      case 2:
-        return "spread over the socket's NUMA domains";
+      case 0: return "local to the step's CPUs";
+      case 1: return "spread over sockets";
+      case 2: return "spread over the socket's NUMA domains";
       case 3:
         return std::string("its own PCIe path (") + to_string(static_cast<Closeness>(-std::get<3>(key))) +
                " to the nearest earlier task's GPU)";
-      default:
-        return "its own NIC";
+      default: return "its own NIC";
     }
   }
 

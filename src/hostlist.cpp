@@ -14,8 +14,7 @@ constexpr uint64_t kMaxIndex = 999'999'999'999ULL;  // 12 digits keeps every pro
 }
 
 bool is_host_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-         c == '.';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
 }
 
 size_t checked_product(size_t a, size_t b, std::string_view expression) {

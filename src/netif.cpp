@@ -1,5 +1,6 @@
 #include "netif.hpp"
 
+#include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -15,6 +16,7 @@
 
 #include "error.hpp"
 #include "parse.hpp"
+#include "socket.hpp"
 
 namespace ddp {
 namespace {
@@ -58,44 +60,29 @@ bool same_address(const IpAddress& a, const IpAddress& b) {
          std::equal(a.bytes.begin(), a.bytes.begin() + static_cast<long>(length), b.bytes.begin());
 }
 
-struct AddrInfo {
-  explicit AddrInfo(const std::string& numeric) {
-    addrinfo hints{};
-    hints.ai_flags = AI_NUMERICHOST;
-    hints.ai_socktype = SOCK_DGRAM;
-    const int rc = getaddrinfo(numeric.c_str(), "9", &hints, &list);
-    if (rc != 0 || list == nullptr) {
-      throw Error("MASTER_ADDR " + quote(numeric) + " is not a numeric IPv4 or IPv6 address (" + gai_strerror(rc) +
-                  "); resolve the host name first");
-    }
+// The master's address (UDP, numeric: any port does, nothing is sent); throws ddp::Error naming it.
+AddressList master_address(const std::string& numeric) {
+  try {
+    return resolve(numeric, 9, SOCK_DGRAM, AI_NUMERICHOST);
+  } catch (const NetError& e) {
+    throw Error("MASTER_ADDR " + quote(numeric) + " is not a numeric IPv4 or IPv6 address (" + e.what() +
+                "); resolve the host name first");
   }
-  ~AddrInfo() { freeaddrinfo(list); }
-  AddrInfo(const AddrInfo&) = delete;
-  AddrInfo& operator=(const AddrInfo&) = delete;
-  addrinfo* list = nullptr;
-};
+}
 
-struct Socket {
-  explicit Socket(int family) : fd(socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0)) {}
-  ~Socket() {
-    if (fd >= 0) close(fd);
-  }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-  int fd;
-};
+IpAddress numeric_address(const std::string& text) { return *ip_address(master_address(text)->ai_addr); }
 
 // The source address the kernel would use towards `master`; no packet leaves, a UDP connect() only routes.
 IpAddress source_address_towards(const std::string& master) {
-  const AddrInfo destination(master);
-  const Socket udp(destination.list->ai_family);
-  if (udp.fd < 0 || connect(udp.fd, destination.list->ai_addr, destination.list->ai_addrlen) != 0) {
+  const AddressList destination = master_address(master);
+  const Socket udp(socket(destination->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!udp.valid() || connect(udp.fd(), destination->ai_addr, destination->ai_addrlen) != 0) {
     throw Error("MASTER_ADDR " + quote(master) + " cannot be reached from this node: " + std::strerror(errno) +
                 "; check the routing table (ip route get " + master + ")");
   }
   sockaddr_storage local{};
   socklen_t length = sizeof local;
-  if (getsockname(udp.fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) {
+  if (getsockname(udp.fd(), reinterpret_cast<sockaddr*>(&local), &length) != 0) {
     throw Error("cannot read the source address towards MASTER_ADDR " + quote(master) + ": " + std::strerror(errno));
   }
   return *ip_address(reinterpret_cast<const sockaddr*>(&local));
@@ -113,10 +100,7 @@ std::string interface_holding(const std::vector<Interface>& interfaces, const Ip
 }
 
 const Interface* find_interface(const NetworkView& network, const std::string& name) {
-  for (const Interface& interface : network.interfaces) {
-    if (interface.name == name) return &interface;
-  }
-  return nullptr;
+  return find_interface(network.interfaces, name);
 }
 
 bool usable(const Interface* interface) {
@@ -126,11 +110,6 @@ bool usable(const Interface* interface) {
 bool on_master_subnet(const Interface& interface, const IpAddress& master) {
   return std::any_of(interface.addresses.begin(), interface.addresses.end(),
                      [&](const IpAddress& own) { return same_subnet(own, master); });
-}
-
-IpAddress numeric_address(const std::string& text) {
-  const AddrInfo parsed(text);
-  return *ip_address(parsed.list->ai_addr);
 }
 
 SocketInterface validated_override(const NetworkView& network, const std::string& name) {
@@ -165,14 +144,10 @@ SocketInterface beside_loopback_master(const NetworkView& network, const std::op
 
 const char* to_string(SocketReason reason) {
   switch (reason) {
-    case SocketReason::Override:
-      return "--ddp-nic";
-    case SocketReason::ClosestNic:
-      return "closest NIC";
-    case SocketReason::Route:
-      return "route to master";
-    case SocketReason::OnlyInterface:
-      return "only interface up";
+    case SocketReason::Override: return "--ddp-nic";
+    case SocketReason::ClosestNic: return "closest NIC";
+    case SocketReason::Route: return "route to master";
+    case SocketReason::OnlyInterface: return "only interface up";
   }
   return "?";
 }
@@ -191,7 +166,8 @@ std::vector<Interface> list_interfaces() {
       interface.name = entry->ifa_name;
       found = interfaces.insert(interfaces.end(), std::move(interface));
     }
-    found->up = (entry->ifa_flags & IFF_UP) && (entry->ifa_flags & IFF_RUNNING);
+    found->switched_on = entry->ifa_flags & IFF_UP;
+    found->up = found->switched_on && (entry->ifa_flags & IFF_RUNNING);
     found->loopback = entry->ifa_flags & IFF_LOOPBACK;
     if (auto address = ip_address(entry->ifa_addr)) {
       address->prefix_length = prefix_length(entry->ifa_netmask);
@@ -203,11 +179,59 @@ std::vector<Interface> list_interfaces() {
   return interfaces;
 }
 
+const Interface* find_interface(const std::vector<Interface>& interfaces, const std::string& name) {
+  for (const Interface& interface : interfaces) {
+    if (interface.name == name) return &interface;
+  }
+  return nullptr;
+}
+
+std::string route_to(const std::vector<Interface>& interfaces, const std::string& master_address) {
+  return interface_holding(interfaces, source_address_towards(master_address), master_address);
+}
+
+bool holds_address(const std::vector<Interface>& interfaces, const std::string& numeric) {
+  const AddressList parsed = resolve(numeric, 9, SOCK_DGRAM, AI_NUMERICHOST);
+  const IpAddress wanted = *ip_address(parsed->ai_addr);
+  return std::any_of(interfaces.begin(), interfaces.end(), [&](const Interface& interface) {
+    return std::any_of(interface.addresses.begin(), interface.addresses.end(),
+                       [&](const IpAddress& own) { return same_address(own, wanted); });
+  });
+}
+
+std::string advertised_address(const std::vector<std::string>& socket_ifnames) {
+  if (socket_ifnames.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    return host;
+  }
+  const std::string& name = socket_ifnames.front();
+  const std::vector<Interface> interfaces = list_interfaces();
+  if (const Interface* interface = find_interface(interfaces, name)) {
+    for (const IpAddress& address : interface->addresses) {
+      if (address.family == AF_INET) return to_string(address);
+    }
+  }
+  throw Error("GLOO_SOCKET_IFNAME=" + quote(name) +
+              " has no IPv4 address on this host; name an interface that "
+              "ip addr lists");
+}
+
+std::string to_string(const IpAddress& address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  inet_ntop(address.family, address.bytes.data(), text, sizeof text);
+  return text;
+}
+
+bool is_link_local(const IpAddress& address) {
+  return address.family == AF_INET6 && address.bytes[0] == 0xfe && (address.bytes[1] & 0xc0) == 0x80;
+}
+
 NetworkView read_network(const std::string& master_address) {
   NetworkView network;
   network.interfaces = list_interfaces();
   network.master_address = master_address;
-  network.route = interface_holding(network.interfaces, source_address_towards(master_address), master_address);
+  network.route = route_to(network.interfaces, master_address);
   return network;
 }
 

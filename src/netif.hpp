@@ -19,9 +19,13 @@ struct IpAddress {
   unsigned prefix_length = 0;       // from the netmask
 };
 
+std::string to_string(const IpAddress& address);  // numeric: "10.0.0.5", "fe80::1"
+bool is_link_local(const IpAddress& address);     // fe80::/10, which needs a scope to be used
+
 struct Interface {
   std::string name;
-  bool up = false;  // administratively up (IFF_UP) with a link (IFF_RUNNING)
+  bool up = false;           // administratively up (IFF_UP) with a link (IFF_RUNNING)
+  bool switched_on = false;  // administratively up: with `up` false, it has no carrier
   bool loopback = false;
   std::vector<IpAddress> addresses;
 };
@@ -32,12 +36,24 @@ struct NetworkView {
   std::string route;                  // the interface the kernel's routing table uses towards master_address
 };
 
-// getifaddrs(), merged per interface.
+// getifaddrs(), merged per interface, by name. Throws ddp::Error when the kernel cannot list them.
 std::vector<Interface> list_interfaces();
+const Interface* find_interface(const std::vector<Interface>& interfaces, const std::string& name);
+// Whether one of `interfaces` holds `numeric_address` (which must be numeric; throws NetError otherwise).
+bool holds_address(const std::vector<Interface>& interfaces, const std::string& numeric_address);
+
+// What other nodes can reach this one at, for a rendezvous it hosts: the first IPv4 address of the first of
+// `socket_ifnames` (GLOO_SOCKET_IFNAME's entries), else this node's host name. Throws ddp::Error naming an
+// interface without an IPv4 address.
+std::string advertised_address(const std::vector<std::string>& socket_ifnames);
+
+// The interface of `interfaces` the kernel routes traffic to `master_address` (numeric) through. Throws
+// ddp::Error naming the address when there is no route or no interface holds the source address.
+std::string route_to(const std::vector<Interface>& interfaces, const std::string& master_address);
 
 // `master_address` must be numeric (resolve_host() gives that). The route comes from connect() on a UDP
 // socket, which picks a route and source address without sending a packet, and the interface holding that
-// source address. Throws ddp::Error when the master is unreachable from this node.
+// source address (route_to). Throws ddp::Error when the master is unreachable from this node.
 NetworkView read_network(const std::string& master_address);
 
 enum class SocketReason {

@@ -14,7 +14,7 @@
 namespace ddp {
 
 struct NodeSetup {
-  std::optional<NodeHardware> hardware;  // with --ddp-bind=closest
+  std::optional<NodeHardware> hardware;               // with --ddp-bind=closest
   std::optional<std::vector<unsigned>> allowed_cpus;  // the step's cores as CPU ids; unset: no restriction known
   std::string allowed_cpus_note;                      // why allowed_cpus is unset, for --ddp-verbose
   NetworkView network;

@@ -8,16 +8,6 @@
 namespace ddp {
 namespace {
 
-constexpr std::string_view kBackendNames = "auto|gloo|nccl|mpi";
-
-std::optional<Backend> backend_named(std::string_view name) {
-  if (name == "auto") return Backend::Auto;
-  if (name == "gloo") return Backend::Gloo;
-  if (name == "nccl") return Backend::Nccl;
-  if (name == "mpi") return Backend::Mpi;
-  return std::nullopt;
-}
-
 void apply_ddp(Options& options, std::optional<std::string_view> value) {
   if (value == "off") {
     options.enabled = false;
@@ -130,7 +120,7 @@ void set_default_backend(Config& config, std::string_view value) {
 const std::vector<ConfigKey>& config_keys() {
   static const std::vector<ConfigKey> keys = {
       {"port_range", "FIRST-LAST within 1024-65535, outside the kernel's ephemeral range", set_port_range},
-      {"default_backend", "auto|gloo|nccl|mpi", set_default_backend},
+      {"default_backend", kBackendNames.data(), set_default_backend},
       {"snapshot_dir", "an absolute path, with %u (user), %j (job id), %x (job name)", set_snapshot_dir},
       {"bind", "closest|none", set_bind},
       {"nic", "an interface name, or auto", set_nic},
@@ -148,16 +138,6 @@ std::string known_keys() {
 
 }  // namespace
 
-const char* to_string(Backend backend) {
-  switch (backend) {
-    case Backend::Auto: return "auto";
-    case Backend::Gloo: return "gloo";
-    case Backend::Nccl: return "nccl";
-    case Backend::Mpi: return "mpi";
-  }
-  return "?";
-}
-
 const char* to_string(BindMode mode) { return mode == BindMode::Closest ? "closest" : "none"; }
 
 const std::vector<OptionSpec>& option_table() {
@@ -166,9 +146,11 @@ const std::vector<OptionSpec>& option_table() {
        "Run the step as PyTorch distributed workers: export RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT... "
        "(the torchrun contract); the value is a backend hint, off disables an inherited #SBATCH --ddp",
        ArgKind::Optional, apply_ddp},
-      {"ddp-port", "N|auto", "Rendezvous port (MASTER_PORT); auto: Slurm's reserved ports, else one derived from the step id",
+      {"ddp-port", "N|auto",
+       "Rendezvous port (MASTER_PORT); auto: Slurm's reserved ports, else one derived from the step id",
        ArgKind::Required, apply_port},
-      {"ddp-verbose", nullptr, "Each task prints its DDP environment to stderr, one line", ArgKind::None, apply_verbose},
+      {"ddp-verbose", nullptr, "Each task prints its DDP environment to stderr, one line", ArgKind::None,
+       apply_verbose},
       {"ddp-snapshot-dir", "PATH",
        "Shared directory for training snapshots, exported as DDP_SNAPSHOT_DIR and created (mode 0700) if missing; "
        "%u user, %j job id, %x job name",
@@ -176,10 +158,14 @@ const std::vector<OptionSpec>& option_table() {
       {"ddp-bind", "closest|none",
        "closest: each task gets its closest GPU, NIC, RDMA device and CPU cores (default); none: no binding",
        ArgKind::Required, apply_bind},
-      {"ddp-nic", "NAME|auto", "Socket interface for NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME; auto: the closest one "
-       "that reaches MASTER_ADDR", ArgKind::Required, apply_nic},
-      {"ddp-check", nullptr, "Check each node (interface, master, GPUs, snapshot directory) before the program "
-       "starts; a failed check fails the step with the reason", ArgKind::None, apply_check},
+      {"ddp-nic", "NAME|auto",
+       "Socket interface for NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME; auto: the closest one "
+       "that reaches MASTER_ADDR",
+       ArgKind::Required, apply_nic},
+      {"ddp-check", nullptr,
+       "Check each node (interface, master, GPUs, snapshot directory) before the program "
+       "starts; a failed check fails the step with the reason",
+       ArgKind::None, apply_check},
   };
   return table;
 }
@@ -207,7 +193,8 @@ Config parse_config(const std::vector<std::string>& args, std::string_view file)
       if (name == candidate.name) key = &candidate;
     }
     if (key == nullptr) {
-      throw Error("plugstack argument " + quote(arg) + where + ": unknown key " + quote(name) + "; known keys: " + known_keys());
+      throw Error("plugstack argument " + quote(arg) + where + ": unknown key " + quote(name) +
+                  "; known keys: " + known_keys());
     }
     const std::string_view value = std::string_view(arg).substr(eq + 1);
     try {

@@ -7,12 +7,10 @@
 #include <string_view>
 #include <vector>
 
+#include "backend.hpp"
 #include "ports.hpp"
 
 namespace ddp {
-
-enum class Backend { Auto, Gloo, Nccl, Mpi };
-const char* to_string(Backend backend);
 
 // closest: each task gets its closest GPU, NIC, HCA and cores (binding.hpp); none: no GPU or CPU binding, the
 // socket interface is still chosen, since connectivity does not depend on placement.

@@ -19,21 +19,32 @@ std::optional<uint64_t> parse_uint(std::string_view text, uint64_t max) {
 uint64_t require_uint(std::string_view text, uint64_t min, uint64_t max, std::string_view what) {
   const auto value = parse_uint(text, max);
   if (!value || *value < min) {
-    throw Error(std::string(what) + " " + quote(text) + " is not a whole number from " + std::to_string(min) +
-                " to " + std::to_string(max));
+    throw Error(std::string(what) + " " + quote(text) + " is not a whole number from " + std::to_string(min) + " to " +
+                std::to_string(max));
   }
   return *value;
 }
 
 std::string quote(std::string_view text) {
   // Values come from users and environments: keep error lines single-line and bounded.
-  constexpr size_t kMaxShown = 120;
-  std::string out = "'";
-  for (char c : text.substr(0, kMaxShown)) {
-    out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return "'" + printable(text, 120) + "'";
+}
+
+std::string printable(std::string_view text, size_t max_length) {
+  std::string out;
+  for (char c : text.substr(0, max_length)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (text.size() > max_length) out += "...";
+  return out;
+}
+
+std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t at; (at = text.find(separator, start)) != std::string_view::npos; start = at + 1) {
+    if (at > start) parts.emplace_back(text.substr(start, at - start));
   }
-  if (text.size() > kMaxShown) out += "...";
-  return out + "'";
+  if (start < text.size()) parts.emplace_back(text.substr(start));
+  return parts;
 }
 
 }  // namespace ddp

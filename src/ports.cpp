@@ -13,7 +13,8 @@ PortRange parse_port_range(std::string_view text, std::string_view what) {
   const auto first = parse_uint(text.substr(0, dash), 65535);
   const auto last = dash == std::string_view::npos ? std::nullopt : parse_uint(text.substr(dash + 1), 65535);
   if (!first || !last || *first == 0 || *last < *first) {
-    throw Error(std::string(what) + " " + quote(text) + " is not a port range FIRST-LAST within 1-65535, e.g. 20000-29999");
+    throw Error(std::string(what) + " " + quote(text) +
+                " is not a port range FIRST-LAST within 1-65535, e.g. 20000-29999");
   }
   return {static_cast<uint16_t>(*first), static_cast<uint16_t>(*last)};
 }

@@ -61,7 +61,7 @@ void prepare_snapshot_dir(const std::string& path) {
     }
     if (slash == std::string::npos) break;
   }
-  struct stat info {};
+  struct stat info = {};
   if (stat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) fail_dir(path, "is not a directory");
   // Effective ids: slurmstepd drops privileges with seteuid, and the check must be the user's.
   if (faccessat(AT_FDCWD, path.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {

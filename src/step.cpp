@@ -13,8 +13,8 @@ bool is_application_step(uint32_t step_id) {
 
 void validate(const StepInfo& step) {
   const auto bad = [&](const std::string& what) {
-    throw Error("unexpected step " + std::to_string(step.job_id) + "." + std::to_string(step.step_id) + " from Slurm: " +
-                what + "; please report this with your srun command line");
+    throw Error("unexpected step " + std::to_string(step.job_id) + "." + std::to_string(step.step_id) +
+                " from Slurm: " + what + "; please report this with your srun command line");
   };
   if (step.num_nodes == 0 || step.num_tasks == 0 || step.local_tasks == 0) bad("no nodes or tasks");
   if (step.local_tasks > step.num_tasks) bad("more tasks on this node than in the step");

@@ -115,8 +115,7 @@ std::optional<std::string> snapshot_dir_to_prepare(const StepPlan& plan, const E
   return plan.snapshot_dir;
 }
 
-std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env,
-                         const std::string& placement) {
+std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env, const std::string& placement) {
   return "ddp: rank " + std::to_string(task.rank) + " on " + plan.step.hostname + " (port from " +
          to_string(plan.port.source) + "): " + env.describe() + (placement.empty() ? "" : " | " + placement);
 }

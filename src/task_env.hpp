@@ -2,11 +2,11 @@
 // The torchrun worker contract, in one place: what each task of a --ddp step finds in its environment.
 //   per node  plan_step(): validates the step, picks MASTER_ADDR and MASTER_PORT
 //   per task  task_env():  a lookup into that plan
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "env.hpp"
 #include "options.hpp"
 #include "ports.hpp"
 #include "step.hpp"
@@ -19,7 +19,7 @@ struct StepPlan {
   bool verbose = false;
   std::string master_addr;  // first host of the step's node list
   PortChoice port;
-  std::string snapshot_dir;           // expanded; empty when neither --ddp-snapshot-dir nor snapshot_dir is set
+  std::string snapshot_dir;            // expanded; empty when neither --ddp-snapshot-dir nor snapshot_dir is set
   bool snapshot_dir_explicit = false;  // from --ddp-snapshot-dir: replaces a DDP_SNAPSHOT_DIR of the environment
   BindMode bind = BindMode::Closest;
   std::optional<std::string> nic;  // --ddp-nic, else the admin's nic; unset: chosen per task
@@ -32,9 +32,6 @@ struct StepPlan {
 // overlaps the kernel's ephemeral range (`ephemeral`), where connections would steal the port.
 StepPlan plan_step(const StepInfo& step, const Options& options, const Config& config, PortRange ephemeral);
 
-// Reads a variable of the task's environment as the user left it; nullopt when unset.
-using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
-
 enum class Origin { Plugin, User };
 
 struct EnvVar {
@@ -45,6 +42,7 @@ struct EnvVar {
 
 class TaskEnv {
  public:
+  // `user`: the task's environment as the user left it.
   explicit TaskEnv(EnvLookup user) : user_(std::move(user)) {}
 
   // Part of the contract: replaces any value, since a stale RANK from an outer launch must not survive.

@@ -18,7 +18,7 @@ namespace {
 constexpr const char* kFormat = "v1";  // bump when what is exported changes
 
 bool owned_by_root_alone(const std::string& path, bool directory) {
-  struct stat info {};
+  struct stat info = {};
   if (lstat(path.c_str(), &info) != 0 || info.st_uid != 0 || (info.st_mode & (S_IWGRP | S_IWOTH)) != 0) return false;
   return directory ? S_ISDIR(info.st_mode) : S_ISREG(info.st_mode);
 }

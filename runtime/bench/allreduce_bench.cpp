@@ -10,12 +10,13 @@
 #include <cstdio>
 #include <vector>
 
-#include "ddp_runtime/launch.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/process_group.hpp"
+#include "launch.hpp"
 
 namespace {
 
+using namespace ddp;
 using namespace ddp::runtime;
 
 // Enough calls for about 0.2 s of MPI or 0.1 s of Gloo at their speeds here, and no fewer than 10.
@@ -37,13 +38,14 @@ double mean_us(const Distributed& dist, at::Tensor& tensor, int64_t calls) {
 
 int main() {
   const Launch launch = launch_from_environment(process_environment());
-  const Distributed gloo = init_distributed(launch, BackendHint::Gloo, std::chrono::seconds(120));
-  const Distributed mpi = init_distributed(launch, BackendHint::Mpi, std::chrono::seconds(120));
+  const Distributed gloo = init_distributed(launch, Backend::Gloo, std::chrono::seconds(120));
+  const Distributed mpi = init_distributed(launch, Backend::Mpi, std::chrono::seconds(120));
   std::vector<int64_t> sizes{84};
   for (int64_t bytes = 256; bytes <= (int64_t{64} << 20); bytes *= 4) sizes.push_back(bytes);
   const double bus_factor = 2.0 * (mpi.world_size - 1) / mpi.world_size;  // nccl-tests' busbw for all-reduce
   if (mpi.rank == 0) {
-    std::printf("all-reduce, float SUM in place, %d ranks, c10d allreduce()+wait(), mean time per call\n", mpi.world_size);
+    std::printf("all-reduce, float SUM in place, %d ranks, c10d allreduce()+wait(), mean time per call\n",
+                mpi.world_size);
     std::printf("%12s %10s | %10s %8s %8s | %10s %8s %8s | %10s\n", "size (B)", "count", "MPI us", "algbw", "busbw",
                 "Gloo us", "algbw", "busbw", "Gloo/MPI");
   }

@@ -23,7 +23,8 @@ ddp::runtime::SnapshotContent state_of(double megabytes) {
   const auto floats = static_cast<int64_t>(megabytes * 1024 * 1024 / 4);
   const int64_t layer = std::min<int64_t>(floats, 1024 * 1024);
   for (int64_t done = 0, i = 0; done < floats; done += layer, ++i) {
-    content.model_state.emplace_back("layer" + std::to_string(i) + ".weight", at::rand({std::min(layer, floats - done)}));
+    content.model_state.emplace_back("layer" + std::to_string(i) + ".weight",
+                                     at::rand({std::min(layer, floats - done)}));
   }
   content.rng_state = at::zeros({5056}, at::kByte);
   return content;

@@ -5,10 +5,10 @@
 
 #include "ddp_runtime/cli.hpp"
 #include "ddp_runtime/error_message.hpp"
-#include "ddp_runtime/launch.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/trainer.hpp"
 #include "error.hpp"
+#include "launch.hpp"
 
 namespace {
 
@@ -23,6 +23,7 @@ int fail(int status, const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  using namespace ddp;
   using namespace ddp::runtime;
   try {
     const EnvLookup env = process_environment();

@@ -1,14 +1,14 @@
 #include "ddp_runtime/c10d_compat.hpp"
 
 #include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/optim/sgd.h>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include <algorithm>
 #include <initializer_list>
@@ -35,7 +35,7 @@ ProcessGroupPtr as_process_group([[maybe_unused]] const StorePtr& store, [[maybe
 #else
   using Group = c10d::ProcessGroup;
   const std::string name = backend->getBackendName();
-  const auto type = name == "nccl" ? Group::BackendType::NCCL
+  const auto type = name == "nccl"  ? Group::BackendType::NCCL
                     : name == "mpi" ? Group::BackendType::MPI
                                     : Group::BackendType::GLOO;
 #if DDP_TORCH_AT_LEAST(2, 6)
@@ -115,8 +115,9 @@ bool nccl_built() {
 
 void require_nccl() {
   if (!nccl_built()) {
-    throw Error("the NCCL backend is not built: this LibTorch has no CUDA; use DDP_BACKEND=gloo, or rebuild against a "
-                "CUDA LibTorch (cmake -DTorch_DIR=<libtorch>/share/cmake/Torch)");
+    throw Error(
+        "the NCCL backend is not built: this LibTorch has no CUDA; use DDP_BACKEND=gloo, or rebuild against a "
+        "CUDA LibTorch (cmake -DTorch_DIR=<libtorch>/share/cmake/Torch)");
   }
 }
 
@@ -135,9 +136,8 @@ ProcessGroupPtr make_nccl_group([[maybe_unused]] const StorePtr& store, [[maybe_
 
 std::shared_ptr<c10d::Reducer> make_reducer(const std::vector<at::Tensor>& params, ReducerConfig config,
                                             const ProcessGroupPtr& group) {
-  return std::make_shared<c10d::Reducer>(params, std::move(config.bucket_indices),
-                                         std::move(config.bucket_size_limits), group,
-                                         std::vector<bool>(params.size(), false), config.bucket_bytes_cap,
+  return std::make_shared<c10d::Reducer>(params, std::move(config.bucket_indices), std::move(config.bucket_size_limits),
+                                         group, std::vector<bool>(params.size(), false), config.bucket_bytes_cap,
                                          /*find_unused_parameters=*/false, config.gradient_as_bucket_view,
                                          std::move(config.param_names), config.first_bucket_bytes_cap);
 }
@@ -157,7 +157,8 @@ void set_sgd_momentum_buffer(torch::optim::SGD& optimizer, const at::Tensor& par
 
 void write_pickle_archive(const c10::IValue& value, const ByteSink& sink) {
   std::vector<char> pickle;
-  torch::jit::Pickler pickler([&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); });
+  torch::jit::Pickler pickler(
+      [&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); });
   pickler.protocol();
   pickler.pushIValue(value);
   pickler.stop();

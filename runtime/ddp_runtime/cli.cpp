@@ -50,25 +50,34 @@ using Setter = std::function<void(TrainOptions&, const std::string&)>;
 
 const std::map<std::string, Setter>& value_options() {
   static const std::map<std::string, Setter> options = {
-      {"--batch-size", [](TrainOptions& o, const std::string& v) { o.batch_size = parse_whole("--batch-size", v, 1, "32"); }},
+      {"--batch-size",
+       [](TrainOptions& o, const std::string& v) { o.batch_size = parse_whole("--batch-size", v, 1, "32"); }},
       {"--workload", [](TrainOptions& o, const std::string& v) { o.workload = parse_workload(v); }},
       {"--width", [](TrainOptions& o, const std::string& v) { o.width = parse_whole("--width", v, 1, "1024"); }},
-      {"--samples", [](TrainOptions& o, const std::string& v) { o.samples = parse_whole<int64_t>("--samples", v, 1, "2048"); }},
+      {"--samples",
+       [](TrainOptions& o, const std::string& v) { o.samples = parse_whole<int64_t>("--samples", v, 1, "2048"); }},
       {"--data", [](TrainOptions& o, const std::string& v) { o.data_dir = v; }},
       {"--lr", [](TrainOptions& o, const std::string& v) { o.lr = parse_real("--lr", v, Sign::NonNegative, "1e-3"); }},
-      {"--momentum", [](TrainOptions& o, const std::string& v) { o.momentum = parse_real("--momentum", v, Sign::NonNegative, "0.9"); }},
-      {"--accumulate", [](TrainOptions& o, const std::string& v) { o.accumulate = parse_whole("--accumulate", v, 1, "4"); }},
+      {"--momentum", [](TrainOptions& o,
+                        const std::string& v) { o.momentum = parse_real("--momentum", v, Sign::NonNegative, "0.9"); }},
+      {"--accumulate",
+       [](TrainOptions& o, const std::string& v) { o.accumulate = parse_whole("--accumulate", v, 1, "4"); }},
       {"--seed", [](TrainOptions& o, const std::string& v) { o.seed = parse_whole<uint64_t>("--seed", v, 0, "0"); }},
       {"--snapshot-dir", [](TrainOptions& o, const std::string& v) { o.snapshot_dir = v; }},
-      {"--snapshot-every-seconds", [](TrainOptions& o, const std::string& v) {
+      {"--snapshot-every-seconds",
+       [](TrainOptions& o, const std::string& v) {
          o.snapshot_every_seconds = parse_real("--snapshot-every-seconds", v, Sign::NonNegative, "600");
        }},
       {"--keep", [](TrainOptions& o, const std::string& v) { o.keep = parse_whole("--keep", v, 1, "3"); }},
       {"--resume", [](TrainOptions& o, const std::string& v) { o.resume = v; }},
       {"--output", [](TrainOptions& o, const std::string& v) { o.output = v; }},
       {"--backend", [](TrainOptions& o, const std::string& v) { o.backend = parse_backend(v, "--backend"); }},
-      {"--timeout", [](TrainOptions& o, const std::string& v) { o.timeout_seconds = parse_real("--timeout", v, Sign::Positive, "1800"); }},
-      {"--bucket-cap-mb", [](TrainOptions& o, const std::string& v) {
+      {"--timeout",
+       [](TrainOptions& o, const std::string& v) {
+         o.timeout_seconds = parse_real("--timeout", v, Sign::Positive, "1800");
+       }},
+      {"--bucket-cap-mb",
+       [](TrainOptions& o, const std::string& v) {
          o.bucket_cap_mb = parse_real("--bucket-cap-mb", v, Sign::Positive, "25");
        }},
   };
@@ -86,8 +95,9 @@ void set_positionals(TrainOptions& options, const std::vector<std::string>& posi
 
 void check_combination(const TrainOptions& options) {
   if (options.workload == WorkloadKind::FashionMnist && options.data_dir.empty()) {
-    throw Error("--workload fashion-mnist needs --data DIR, a directory with train-images-idx3-ubyte and "
-                "train-labels-idx1-ubyte");
+    throw Error(
+        "--workload fashion-mnist needs --data DIR, a directory with train-images-idx3-ubyte and "
+        "train-labels-idx1-ubyte");
   }
   if (options.output.empty()) throw Error("--output '' names no file; e.g. --output finalmodel.pt");
 }

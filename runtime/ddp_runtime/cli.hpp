@@ -6,11 +6,16 @@
 #include <string>
 #include <vector>
 
-#include "ddp_runtime/launch.hpp"
+#include "backend.hpp"
+#include "env.hpp"
 
 namespace ddp::runtime {
 
 enum class WorkloadKind { Seed, Mlp, FashionMnist };
+
+// DDP's gradient buckets: bucket_cap_mb=25, and a first bucket of at most 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES).
+inline constexpr double kBucketCapMb = 25.0;
+inline constexpr int64_t kFirstBucketBytes = int64_t{1} << 20;
 
 struct TrainOptions {
   int total_epochs = 0;
@@ -29,9 +34,9 @@ struct TrainOptions {
   int keep = 3;
   std::string resume;  // a snapshot file to start from instead of the newest in snapshot_dir
   std::string output = "finalmodel.pt";
-  std::optional<BackendHint> backend;  // overrides DDP_BACKEND
-  double timeout_seconds = 1800.0;     // PyTorch's default process-group timeout
-  double bucket_cap_mb = 25.0;         // DDP's bucket_cap_mb
+  std::optional<Backend> backend;   // overrides DDP_BACKEND
+  double timeout_seconds = 1800.0;  // PyTorch's default process-group timeout
+  double bucket_cap_mb = kBucketCapMb;
   bool help = false;
 };
 

@@ -1,9 +1,9 @@
 #include "ddp_runtime/distributed_model.hpp"
 
 #include <ATen/core/grad_mode.h>
+#include <torch/nn/module.h>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
-#include <torch/nn/module.h>
 
 #include <algorithm>
 
@@ -48,14 +48,18 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, co
 
   const std::vector<std::size_t> caps{static_cast<std::size_t>(options.first_bucket_bytes_cap),
                                       static_cast<std::size_t>(options.bucket_bytes_cap)};
-  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(params, caps, std::vector<bool>(params.size(), false));
+  auto [buckets, limits] =
+      c10d::compute_bucket_assignment_by_size(params, caps, std::vector<bool>(params.size(), false));
   // Gradients become ready roughly in reverse order of definition; DDP reverses the buckets to match, and after
   // the first iteration the Reducer rebuilds them in the order actually observed.
   std::reverse(buckets.begin(), buckets.end());
   std::reverse(limits.begin(), limits.end());
   bucket_count_ = buckets.size();
-  compat::ReducerConfig config{std::move(buckets), std::move(limits), options.bucket_bytes_cap,
-                               options.first_bucket_bytes_cap, options.gradient_as_bucket_view,
+  compat::ReducerConfig config{std::move(buckets),
+                               std::move(limits),
+                               options.bucket_bytes_cap,
+                               options.first_bucket_bytes_cap,
+                               options.gradient_as_bucket_view,
                                parameter_names(*module_)};
   reducer_ = compat::make_reducer(params, std::move(config), group_);
 }

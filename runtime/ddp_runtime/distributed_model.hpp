@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddp_runtime/cli.hpp"
 #include "ddp_runtime/process_group.hpp"
 
 namespace torch::nn {
@@ -18,10 +19,10 @@ class Module;
 namespace ddp::runtime {
 
 struct DdpOptions {
-  int64_t bucket_bytes_cap = 25 * 1024 * 1024;  // DDP's bucket_cap_mb=25
-  // DDP keeps the first bucket small (dist._DEFAULT_FIRST_BUCKET_BYTES) so that the gradients of the last
-  // layers, ready first, go on the wire before the rest of backward has run.
-  int64_t first_bucket_bytes_cap = 1024 * 1024;
+  int64_t bucket_bytes_cap = static_cast<int64_t>(kBucketCapMb * (1 << 20));
+  // DDP keeps the first bucket small so that the gradients of the last layers, ready first, go on the wire
+  // before the rest of backward has run.
+  int64_t first_bucket_bytes_cap = kFirstBucketBytes;
   // DDP's gradient_as_bucket_view: gradients live in the buckets, saving a copy each way per step. Gradients
   // must then be zeroed in place (zero_gradients), not detached as torch::optim's zero_grad does.
   bool gradient_as_bucket_view = false;

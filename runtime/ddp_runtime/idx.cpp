@@ -21,7 +21,8 @@ uint32_t read_big_endian(std::istream& in) {
 
 IdxArray read_idx_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open " + path + ": " + std::strerror(errno) + "; --data must hold the uncompressed IDX files");
+  if (!in)
+    throw Error("cannot open " + path + ": " + std::strerror(errno) + "; --data must hold the uncompressed IDX files");
   const uint32_t magic = read_big_endian(in);
   const uint32_t type = (magic >> 8) & 0xff;
   const uint32_t rank = magic & 0xff;

@@ -7,13 +7,13 @@
 #include <cstdint>
 #include <functional>
 
-#include "ddp_runtime/launch.hpp"
+#include "launch.hpp"
 
 namespace ddp::runtime {
 
-// Under mpirun without MASTER_ADDR (OpenMPI exports only its own variables), rank 0 shares its address and a
-// free port over MPI, so that the TCPStore rendezvous needs nothing from the user. Fills launch.master_addr and
-// launch.master_port.
+// Under mpirun without MASTER_ADDR (OpenMPI exports only its own variables): rank 0's launch.master_addr (its
+// advertised_address) and launch.master_port (where its TCPStore already listens) to every rank, over MPI, so
+// that the rendezvous needs nothing from the user.
 void share_master_over_mpi(Launch& launch);
 
 struct MpiWorld {
@@ -34,8 +34,9 @@ struct MpiCallInfo {
 // Starts the MPI thread (once): from then on only it calls MPI, and abort_mpi_job aborts the job.
 void start_mpi_thread();
 
-// Runs `call` on the MPI thread after every call posted before it. When one call has not returned after `timeout` (a peer died, stopped, or never made its matching call), the
-// watchdog prints which call on which rank and aborts the job with MPI_Abort.
+// Runs `call` on the MPI thread after every call posted before it. When one call has not returned after `timeout` (a
+// peer died, stopped, or never made its matching call), the watchdog prints which call on which rank and aborts the job
+// with MPI_Abort.
 void post_mpi_call(std::function<void()> call, MpiCallInfo info, int rank, std::chrono::milliseconds timeout);
 
 // Lets the MPI thread run what was posted, joins it, and calls MPI_Finalize; a successful run calls it once at the

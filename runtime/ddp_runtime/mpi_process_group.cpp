@@ -67,15 +67,16 @@ MPI_Datatype reduction_type(at::ScalarType type) {
 }
 
 const char* op_name(RedOp op) {
-  static constexpr std::array<const char*, 10> names{"SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR",
-                                                      "PREMUL_SUM", "UNUSED"};
+  static constexpr std::array<const char*, 10> names{"SUM",  "AVG", "PRODUCT", "MIN",        "MAX",
+                                                     "BAND", "BOR", "BXOR",    "PREMUL_SUM", "UNUSED"};
   return op < names.size() ? names[op] : "?";
 }
 
 void check_reduction(at::ScalarType type, RedOp op) {
   reduction_type(type);
   const bool floating = at::isFloatingType(type);
-  const std::string what = std::string("MPI all-reduce with ") + op_name(op) + " on " + c10::toString(type) + " tensors";
+  const std::string what =
+      std::string("MPI all-reduce with ") + op_name(op) + " on " + c10::toString(type) + " tensors";
   switch (op) {
     case RedOp::SUM:
     case RedOp::PRODUCT:
@@ -182,7 +183,8 @@ class MpiWork : public c10d::Work {
 
 class MpiGroup final : public compat::GroupImplementation {
  public:
-  MpiGroup(int rank, int size, std::chrono::milliseconds timeout) : compat::GroupImplementation(rank, size), timeout_(timeout) {}
+  MpiGroup(int rank, int size, std::chrono::milliseconds timeout)
+      : compat::GroupImplementation(rank, size), timeout_(timeout) {}
 
   const std::string getBackendName() const override { return "mpi"; }
 
@@ -210,9 +212,8 @@ class MpiGroup final : public compat::GroupImplementation {
     return post(c10d::OpType::ALLREDUCE, {"all-reduce", int64_t(tensor.nbytes())}, tensors, [tensor, op, size] {
       const MPI_Datatype type = reduction_type(tensor.scalar_type());
       const MPI_Op mpi = mpi_op(tensor.scalar_type(), op);
-      in_parts(bytes_of(tensor), tensor.numel(), int64_t(tensor.element_size()), [&](char* data, int count) {
-        MPI_Allreduce(MPI_IN_PLACE, data, count, type, mpi, MPI_COMM_WORLD);
-      });
+      in_parts(bytes_of(tensor), tensor.numel(), int64_t(tensor.element_size()),
+               [&](char* data, int count) { MPI_Allreduce(MPI_IN_PLACE, data, count, type, mpi, MPI_COMM_WORLD); });
       if (op == RedOp::AVG) tensor.div_(size);
     });
   }
@@ -285,8 +286,9 @@ class MpiGroup final : public compat::GroupImplementation {
 void require_pmix_under_srun() {
   if (std::getenv("SLURM_STEP_ID") != nullptr && std::getenv("PMIX_RANK") == nullptr &&
       std::getenv("OMPI_COMM_WORLD_RANK") == nullptr) {
-    throw Error("backend mpi under srun needs Slurm's PMIx plugin to start MPI; launch with srun --mpi=pmix --ddp=mpi "
-                "(or set MpiDefault=pmix in slurm.conf), or use --ddp=gloo");
+    throw Error(
+        "backend mpi under srun needs Slurm's PMIx plugin to start MPI; launch with srun --mpi=pmix --ddp=mpi "
+        "(or set MpiDefault=pmix in slurm.conf), or use --ddp=gloo");
   }
 }
 
@@ -307,8 +309,9 @@ compat::ProcessGroupPtr make_mpi_group(int rank, int size, std::chrono::millisec
 #else
 
 compat::ProcessGroupPtr make_mpi_group(int, int, std::chrono::milliseconds) {
-  throw Error("backend mpi: the MPI process group is not built into this ddp-train (MPI was not found at configure "
-              "time); install libopenmpi-dev and rebuild, or use DDP_BACKEND=gloo (srun --ddp=gloo)");
+  throw Error(
+      "backend mpi: the MPI process group is not built into this ddp-train (MPI was not found at configure "
+      "time); install libopenmpi-dev and rebuild, or use DDP_BACKEND=gloo (srun --ddp=gloo)");
 }
 
 #endif

@@ -1,9 +1,9 @@
 #include "ddp_runtime/process_group.hpp"
 
+#include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/cuda.h>
 
 #include <stdexcept>
 
@@ -11,6 +11,7 @@
 #include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/mpi_process_group.hpp"
 #include "error.hpp"
+#include "netif.hpp"
 
 namespace ddp::runtime {
 namespace {
@@ -23,13 +24,14 @@ std::string seconds(std::chrono::milliseconds timeout) {
   return text + " s";
 }
 
-compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds timeout) {
+// `wait_for_workers` false: rank 0 returns before the others have connected (they do not know the port yet).
+compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds timeout, bool wait_for_workers = true) {
   if (launch.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(launch.master_port);
   options.isServer = launch.rank == 0;
   options.numWorkers = static_cast<std::size_t>(launch.world_size);
-  options.waitWorkers = true;
+  options.waitWorkers = wait_for_workers;
   options.timeout = timeout;
   try {
     return compat::make_tcp_store(launch.master_addr, options);
@@ -43,15 +45,16 @@ compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds time
   }
 }
 
-std::string choose_backend(BackendHint hint) {
+std::string choose_backend(Backend hint) {
   switch (hint) {
-    case BackendHint::Gloo: return "gloo";
-    case BackendHint::Nccl:
+    case Backend::Gloo: return "gloo";
+    case Backend::Nccl:
       compat::require_nccl();
-      if (!torch::cuda::is_available()) throw Error("backend nccl needs a GPU, and no CUDA device is visible; use DDP_BACKEND=gloo");
+      if (!torch::cuda::is_available())
+        throw Error("backend nccl needs a GPU, and no CUDA device is visible; use DDP_BACKEND=gloo");
       return "nccl";
-    case BackendHint::Mpi: return "mpi";
-    case BackendHint::Auto: break;
+    case Backend::Mpi: return "mpi";
+    case Backend::Auto: break;
   }
   return compat::nccl_built() && torch::cuda::is_available() ? "nccl" : "gloo";
 }
@@ -59,8 +62,18 @@ std::string choose_backend(BackendHint hint) {
 // Gloo and NCCL meet through a TCPStore; MPI has its launcher's rendezvous (mpirun, PMIx under srun).
 compat::ProcessGroupPtr make_group(Launch& launch, const std::string& backend, std::chrono::milliseconds timeout) {
   if (backend == "mpi") return make_mpi_group(launch.rank, launch.world_size, timeout);
-  if (launch.source == LaunchSource::OpenMpi && launch.master_addr.empty()) share_master_over_mpi(launch);
-  const compat::StorePtr store = make_store(launch, timeout);
+  compat::StorePtr store;
+  if (launch.source == LaunchSource::OpenMpi && launch.master_addr.empty()) {
+    // Rank 0 hosts the store first, on MASTER_PORT or a port the kernel picks, and only then tells the others over
+    // MPI where it is: no other process can take the port in between.
+    if (launch.rank == 0) {
+      launch.master_addr = advertised_address(launch.socket_ifnames);
+      store = make_store(launch, timeout, false);
+      launch.master_port = static_cast<c10d::TCPStore&>(*store).getPort();
+    }
+    share_master_over_mpi(launch);
+  }
+  if (!store) store = make_store(launch, timeout);
   if (backend == "nccl") return compat::make_nccl_group(store, launch.rank, launch.world_size, timeout);
   try {
     return compat::make_gloo_group(store, launch.rank, launch.world_size, launch.socket_ifnames, timeout);
@@ -81,7 +94,7 @@ c10::Device device_for(const std::string& backend, int local_rank) {
 
 }  // namespace
 
-Distributed init_distributed(Launch launch, BackendHint hint, std::chrono::milliseconds timeout) {
+Distributed init_distributed(Launch launch, Backend hint, std::chrono::milliseconds timeout) {
   const std::string backend = choose_backend(hint);
   Distributed dist;
   dist.group = make_group(launch, backend, timeout);

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "ddp_runtime/c10d_compat.hpp"
-#include "ddp_runtime/launch.hpp"
+#include "launch.hpp"
 
 namespace ddp::runtime {
 
@@ -26,7 +26,7 @@ struct Distributed {
 // Gloo and NCCL: rendezvous through a TCPStore at MASTER_ADDR:MASTER_PORT hosted by rank 0 (an in-process store for
 // a single process); a rank that cannot reach it within `timeout` throws an error naming the address, port and
 // timeout. MPI: the launcher's rendezvous; MPI's rank and size must equal the Launch's.
-Distributed init_distributed(Launch launch, BackendHint hint, std::chrono::milliseconds timeout);
+Distributed init_distributed(Launch launch, Backend hint, std::chrono::milliseconds timeout);
 
 // Rank 0's text on every rank.
 std::string broadcast_string(const Distributed& dist, const std::string& text);

@@ -27,8 +27,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
   }
   // Python: ceil((N - world) / world) when dropping an uneven tail, else ceil(N / world).
   const bool uneven = dataset_size % num_replicas != 0;
-  num_samples_ = drop_last && uneven ? ceil_div(dataset_size - num_replicas, num_replicas)
-                                     : ceil_div(dataset_size, num_replicas);
+  num_samples_ =
+      drop_last && uneven ? ceil_div(dataset_size - num_replicas, num_replicas) : ceil_div(dataset_size, num_replicas);
   total_size_ = num_samples_ * num_replicas;
 }
 

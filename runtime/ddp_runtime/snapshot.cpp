@@ -28,9 +28,7 @@ GenericDict string_dict() { return GenericDict(c10::StringType::get(), c10::AnyT
 // does not depend on how the pickler lays out the file.
 class Checksum {
  public:
-  void add(const void* data, std::size_t size) {
-    crc_ = crc32_z(crc_, static_cast<const Bytef*>(data), size);
-  }
+  void add(const void* data, std::size_t size) { crc_ = crc32_z(crc_, static_cast<const Bytef*>(data), size); }
   void add(int64_t value) { add(&value, sizeof value); }
   void add(double value) { add(&value, sizeof value); }
   void add(const std::string& text) {
@@ -62,8 +60,8 @@ int64_t checksum(const SnapshotContent& c) {
   sum.add(c.momentum);
   sum.add(c.rng_state);
   const TrainingProgress& p = c.progress;
-  for (const int64_t value : {p.epochs_run, p.batches_done, p.global_step, static_cast<int64_t>(p.seed), p.world_size,
-                              p.batch_size}) {
+  for (const int64_t value :
+       {p.epochs_run, p.batches_done, p.global_step, static_cast<int64_t>(p.seed), p.world_size, p.batch_size}) {
     sum.add(value);
   }
   return sum.value();
@@ -140,7 +138,8 @@ std::vector<at::Tensor> momentum_buffers_from(const GenericDict& optimizer, cons
   std::vector<at::Tensor> buffers(params.size());
   for (const auto& item : entry(optimizer, "state", path).toGenericDict()) {
     const auto index = static_cast<std::size_t>(item.key().toInt());
-    if (index >= buffers.size()) throw SnapshotCorrupt(path + ": optimizer state for parameter " + std::to_string(index));
+    if (index >= buffers.size())
+      throw SnapshotCorrupt(path + ": optimizer state for parameter " + std::to_string(index));
     buffers[index] = item.value().toGenericDict().at("momentum_buffer").toTensor();
   }
   return buffers;
@@ -198,7 +197,8 @@ void stage(SnapshotContent& staged, const SnapshotContent& live) {
     stage(staged.model_state[i].second, live.model_state[i].second);
   }
   staged.momentum_buffers.resize(live.momentum_buffers.size());
-  for (std::size_t i = 0; i < live.momentum_buffers.size(); ++i) stage(staged.momentum_buffers[i], live.momentum_buffers[i]);
+  for (std::size_t i = 0; i < live.momentum_buffers.size(); ++i)
+    stage(staged.momentum_buffers[i], live.momentum_buffers[i]);
   stage(staged.rng_state, live.rng_state);
   staged.lr = live.lr;
   staged.momentum = live.momentum;
@@ -241,7 +241,8 @@ std::string model_fingerprint(const std::vector<std::pair<std::string, at::Tenso
 
 void write_model_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& model_state) {
   AtomicFile file(path);
-  compat::write_pickle_archive(tensor_dict(model_state), [&](const void* data, std::size_t size) { file.write(data, size); });
+  compat::write_pickle_archive(tensor_dict(model_state),
+                               [&](const void* data, std::size_t size) { file.write(data, size); });
   file.commit();
 }
 

@@ -56,7 +56,8 @@ void fsync_dir(const std::string& dir) {
 void make_dirs(const std::string& dir) {
   struct stat info;
   if (stat(dir.c_str(), &info) == 0) {
-    if (!S_ISDIR(info.st_mode)) throw Error("snapshot directory " + dir + " exists but is not a directory; pass another --snapshot-dir");
+    if (!S_ISDIR(info.st_mode))
+      throw Error("snapshot directory " + dir + " exists but is not a directory; pass another --snapshot-dir");
     return;
   }
   const std::string parent = parent_dir(dir);
@@ -126,7 +127,8 @@ void prepare_snapshot_dir(const std::string& dir) {
 }
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
-  temporary_ = join_path(parent_dir(path_), kTemporaryPrefix + base_name(path_) + kTemporaryMarker + std::to_string(getpid()));
+  temporary_ =
+      join_path(parent_dir(path_), kTemporaryPrefix + base_name(path_) + kTemporaryMarker + std::to_string(getpid()));
   fd_ = open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw std::runtime_error(system_error("cannot create", temporary_));
 }

@@ -27,8 +27,6 @@ void install_signal_handlers() {
   sigaction(SIGPIPE, &action, nullptr);
 }
 
-void request_stop() { requested.store(true, std::memory_order_relaxed); }
-
 bool stop_requested() { return requested.load(std::memory_order_relaxed); }
 
 }  // namespace ddp::runtime

@@ -6,7 +6,6 @@ namespace ddp::runtime {
 // SIGUSR2 requests a stop, with SA_RESTART so that it does not break the blocking socket calls of the
 // collectives; SIGPIPE is ignored.
 void install_signal_handlers();
-void request_stop();
 bool stop_requested();
 
 }  // namespace ddp::runtime

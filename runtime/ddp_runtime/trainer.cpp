@@ -147,7 +147,8 @@ std::optional<LoadedSnapshot> agree_on_start(const Distributed& dist, const Trai
   try {
     return LoadedSnapshot{path, read_snapshot(path)};
   } catch (const SnapshotCorrupt& e) {
-    throw std::runtime_error("rank " + std::to_string(dist.rank) + " cannot read the snapshot rank 0 chose: " + e.what());
+    throw std::runtime_error("rank " + std::to_string(dist.rank) +
+                             " cannot read the snapshot rank 0 chose: " + e.what());
   }
 }
 
@@ -228,7 +229,8 @@ void Trainer::restore(const LoadedSnapshot& snapshot) {
   progress_.epochs_run = saved.progress.epochs_run;
   progress_.global_step = saved.progress.global_step;
   progress_.batches_done = saved.progress.batches_done;
-  const bool same_layout = saved.progress.world_size == dist_.world_size && saved.progress.batch_size == options_.batch_size;
+  const bool same_layout =
+      saved.progress.world_size == dist_.world_size && saved.progress.batch_size == options_.batch_size;
   if (progress_.batches_done > 0 && !same_layout) {
     console_.warn("snapshot " + snapshot.path + " stopped inside epoch " + std::to_string(progress_.epochs_run) +
                   " with another world size or batch size; that epoch restarts from its first batch");
@@ -293,7 +295,8 @@ bool Trainer::stop_agreed(Seconds step_time) {
   if (progress_.global_step % stop_poll_steps_ != 0) return false;
   const double mean_step = poll_window_.count() / static_cast<double>(poll_window_steps_);
   const double proposal = std::clamp(kStopPollSeconds / std::max(mean_step, 1e-9), 1.0, double(kMaxStopPollSteps));
-  at::Tensor votes = at::tensor({stop_requested() ? 1.0 : 0.0, dist_.rank == 0 ? std::floor(proposal) : 0.0}, at::kDouble);
+  at::Tensor votes =
+      at::tensor({stop_requested() ? 1.0 : 0.0, dist_.rank == 0 ? std::floor(proposal) : 0.0}, at::kDouble);
   all_reduce_sum(dist_, votes);
   stop_poll_steps_ = std::max<int64_t>(1, static_cast<int64_t>(votes[1].item<double>()));
   poll_window_ = Seconds(0);
@@ -308,9 +311,9 @@ void Trainer::after_step(int64_t epoch, bool epoch_end) {
                         Seconds(Clock::now() - last_snapshot_).count() >= options_.snapshot_every_seconds;
   if (!epoch_due && !time_due) return;
   last_snapshot_ = Clock::now();
-  const std::string where = epoch_end ? "Epoch " + std::to_string(epoch)
-                                      : "Epoch " + std::to_string(epoch) + " (batch " +
-                                            std::to_string(progress_.batches_done) + ")";
+  const std::string where =
+      epoch_end ? "Epoch " + std::to_string(epoch)
+                : "Epoch " + std::to_string(epoch) + " (batch " + std::to_string(progress_.batches_done) + ")";
   store_->save_async(live_content(), [this, where](const std::string& path) {
     console_.line(where + " | Training snapshot saved at " + path);
   });
@@ -321,8 +324,8 @@ bool Trainer::run_epoch(int64_t epoch) {
   const std::vector<int64_t> indices = sampler_.indices();
   const at::Tensor order = at::tensor(indices, at::kLong);
   const auto batches = static_cast<int64_t>((indices.size() + options_.batch_size - 1) / options_.batch_size);
-  console_.line(rank_label() + " Epoch " + std::to_string(epoch) + " | Batchsize: " + std::to_string(options_.batch_size) +
-                " | Steps: " + std::to_string(batches));
+  console_.line(rank_label() + " Epoch " + std::to_string(epoch) +
+                " | Batchsize: " + std::to_string(options_.batch_size) + " | Steps: " + std::to_string(batches));
   const auto epoch_start = Clock::now();
   epoch_loss_ = at::Tensor();
   epoch_batches_ = 0;
@@ -344,8 +347,9 @@ bool Trainer::run_epoch(int64_t epoch) {
   if (dist_.rank == 0 && epoch_samples_ > 0) {
     const double rate = static_cast<double>(epoch_samples_ * dist_.world_size) / seconds;
     const double loss = epoch_loss_.item<double>() / static_cast<double>(epoch_batches_);
-    console_.line("Epoch " + std::to_string(epoch) + " | Loss: " + format("%.6f", loss) + " | Samples/s: " +
-                  format("%.0f", rate) + " | ETA: " + duration_text(seconds * double(options_.total_epochs - epoch - 1)));
+    console_.line("Epoch " + std::to_string(epoch) + " | Loss: " + format("%.6f", loss) +
+                  " | Samples/s: " + format("%.0f", rate) +
+                  " | ETA: " + duration_text(seconds * double(options_.total_epochs - epoch - 1)));
   }
   return true;
 }
@@ -358,10 +362,9 @@ void Trainer::finish() {
 }
 
 int Trainer::train() {
-  const double cap = options_.bucket_cap_mb * 1024 * 1024;
+  const auto cap = static_cast<int64_t>(options_.bucket_cap_mb * (1 << 20));
   // Gradients as bucket views: one copy of the gradients less each way per step (5% on the MLP-1024 bench).
-  ddp_ = std::make_unique<DistributedModel>(
-      module_, dist_, DdpOptions{static_cast<int64_t>(cap), std::min<int64_t>(int64_t(cap), 1024 * 1024), true});
+  ddp_ = std::make_unique<DistributedModel>(module_, dist_, DdpOptions{cap, std::min(cap, kFirstBucketBytes), true});
   const auto start = Clock::now();
   const int64_t first_epoch = progress_.epochs_run;
   for (int64_t epoch = first_epoch; epoch < options_.total_epochs; ++epoch) {
@@ -383,8 +386,10 @@ int Trainer::train() {
                   " s: " + format("%.0f", double(run_samples_) / seconds) + " samples/s");
   }
   if (store_ != nullptr && store_->async_saves() > 0) {
-    console_.line("Snapshots: " + std::to_string(store_->async_saves()) + " written in the background; training "
-                  "blocked " + format("%.3f", store_->blocked().count() * 1000) + " ms in total");
+    console_.line("Snapshots: " + std::to_string(store_->async_saves()) +
+                  " written in the background; training "
+                  "blocked " +
+                  format("%.3f", store_->blocked().count() * 1000) + " ms in total");
   }
   return 0;
 }
@@ -394,8 +399,9 @@ int Trainer::train() {
 int run_training(const TrainOptions& options, const Launch& launch) {
   limit_threads(launch);
   install_signal_handlers();
-  const Distributed dist = init_distributed(launch, options.backend.value_or(launch.backend),
-                                            std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
+  const Distributed dist =
+      init_distributed(launch, options.backend.value_or(launch.backend),
+                       std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
   Console console;
   Workload workload = make_workload(options);
   std::unique_ptr<SnapshotStore> store;

@@ -2,7 +2,7 @@
 // ddp-train's training run: process group, workload, resume, the DDP training loop with progress lines in the
 // seed's format, snapshots, and the final model.
 #include "ddp_runtime/cli.hpp"
-#include "ddp_runtime/launch.hpp"
+#include "launch.hpp"
 
 namespace ddp::runtime {
 

@@ -1,10 +1,10 @@
 #include "ddp_runtime/workloads.hpp"
 
+#include <ATen/Context.h>
 #include <ATen/Functions.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
-#include <ATen/Context.h>
 
 #include <sys/stat.h>
 
@@ -54,7 +54,8 @@ std::string fashion_mnist_dir(const std::string& dir) {
   for (const std::string& candidate : {dir, dir + "/FashionMNIST/raw"}) {
     if (is_file(candidate + "/train-images-idx3-ubyte")) return candidate;
   }
-  throw Error("--data " + dir + " has no train-images-idx3-ubyte (nor FashionMNIST/raw/ under it); put the "
+  throw Error("--data " + dir +
+              " has no train-images-idx3-ubyte (nor FashionMNIST/raw/ under it); put the "
               "uncompressed FashionMNIST training files there");
 }
 
@@ -82,8 +83,8 @@ Dataset fashion_mnist(const std::string& dir) {
     throw Error(found + "/train-images-idx3-ubyte does not hold 28x28 images; the quickstart network needs them");
   }
   if (labels.dims.size() != 1 || labels.dims[0] != images.dims[0]) {
-    throw Error(found + "/train-labels-idx1-ubyte does not hold one label per image (" + std::to_string(images.dims[0]) +
-                " images)");
+    throw Error(found + "/train-labels-idx1-ubyte does not hold one label per image (" +
+                std::to_string(images.dims[0]) + " images)");
   }
   at::Tensor pixels = tensor_from(images, {images.dims[0], 1, kImageSide, kImageSide}).to(at::kFloat).div_(255);
   return {pixels, tensor_from(labels, {labels.dims[0]}).to(at::kLong)};

@@ -1,5 +1,9 @@
 #include "doctor/allreduce.hpp"
 
+#include <stdexcept>
+
+#include "parse.hpp"
+
 namespace ddp::doctor {
 namespace {
 
@@ -18,35 +22,62 @@ struct Outcomes {
   std::vector<std::vector<std::string>> wrong_on;  // per size
 };
 
-Outcomes collect(Transport& transport, const std::vector<std::string>& messages, size_t sizes) {
+Outcomes collect(const Group& group, const std::vector<std::string>& messages, size_t sizes) {
   Outcomes outcomes;
   outcomes.wrong_on.resize(sizes);
   for (size_t m = 0; m < messages.size(); ++m) {
-    const std::string who = "rank " + std::to_string(transport.members()[m]);
+    const std::string who = "rank " + std::to_string(group.members()[m]);
     WireReader in(messages[m]);
-    const std::string error = in.get();
-    const bool own = in.get_int() != 0;
+    const std::string error = in.get_text();
+    const bool own = in.get_int(0, 1) != 0;
     if (!error.empty() && (outcomes.error.empty() || (own && !outcomes.own))) {
       outcomes.error = who + ": " + error;
       outcomes.own = own;
     }
-    const auto count = static_cast<size_t>(in.get_int());
-    for (size_t s = 0; s < count && s < sizes; ++s) {
+    const auto count = static_cast<size_t>(in.get_int(0, static_cast<int64_t>(sizes)));
+    for (size_t s = 0; s < count; ++s) {
       in.get_int();
-      if (in.get_int() == 0) outcomes.wrong_on[s].push_back(who);
+      if (in.get_int(0, 1) == 0) outcomes.wrong_on[s].push_back(who);
     }
   }
   return outcomes;
 }
 
-std::string unavailable_reasons(Transport& transport, const std::vector<std::string>& reasons) {
+std::string unavailable_reasons(const Group& group, const std::vector<std::string>& reasons) {
   std::string text;
   for (size_t m = 0; m < reasons.size(); ++m) {
     if (reasons[m].empty()) continue;
-    text += (text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(transport.members()[m]) + ": " +
-            reasons[m];
+    text += (text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(group.members()[m]) + ": " +
+            printable(reasons[m], kMaxField);
   }
   return text;
+}
+
+// Every rank's set-up error and what rank 0 hands out, in one exchange: returns rank 0's payload, or throws this
+// rank's own error, or a PeerFailure naming the first rank whose set-up failed.
+struct PeerFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string exchange_set_up(Group& group, AllreduceBackend& backend, const CollectiveSetup& setup, Deadline deadline) {
+  std::string error;
+  std::string payload;
+  try {
+    payload = backend.prepare(setup, group.rank() == 0);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const auto everyone =
+      group.all_gather(backend.name() + " set-up", WireWriter().put(error).put(payload).bytes(), deadline);
+  if (!error.empty()) throw std::runtime_error(error);
+  for (size_t member = 0; member < everyone.size(); ++member) {
+    if (!WireReader(everyone[member]).get().empty()) {
+      throw PeerFailure(backend.name() + " set-up failed on rank " + std::to_string(group.members()[member]));
+    }
+  }
+  WireReader root(everyone[0]);
+  root.get();
+  return root.get();
 }
 
 }  // namespace
@@ -91,34 +122,35 @@ std::vector<CheckResult> grade_allreduce(const std::string& backend, const std::
   return results;
 }
 
-std::vector<CheckResult> check_allreduce(Transport& transport, AllreduceBackend& backend,
-                                         const CollectiveSetup& setup, const std::vector<AllreduceSize>& sizes,
+std::vector<CheckResult> check_allreduce(Group& group, AllreduceBackend& backend, const CollectiveSetup& setup,
+                                         const std::vector<AllreduceSize>& sizes,
                                          const std::function<void(const std::string&)>& progress) {
   const std::string check = "allreduce." + backend.name();
-  const int ranks = static_cast<int>(transport.members().size());
-  const auto reasons = all_gather(transport, backend.unavailable(), Deadline::after(setup.timeout));
-  const std::string unavailable = unavailable_reasons(transport, reasons);
-  if (!unavailable.empty()) return transport.rank() == 0 ? std::vector<CheckResult>{skipped(check, unavailable)}
-                                                          : std::vector<CheckResult>{};
-  if (ranks < 2) return transport.rank() == 0 ? std::vector<CheckResult>{skipped(check, "one rank")}
-                                               : std::vector<CheckResult>{};
+  const int ranks = static_cast<int>(group.members().size());
+  // The set-up exchanges, then Gloo's connection and the first all-reduce may each wait for a rank that failed.
+  const Deadline set_up = Deadline::after(setup.timeout);
+  const Deadline reported = Deadline::after(setup.phase);
+  const auto reasons = group.all_gather(check, backend.unavailable(), set_up);
+  const std::string unavailable = unavailable_reasons(group, reasons);
+  if (!unavailable.empty() || ranks < 2) {
+    if (group.rank() != 0) return {};
+    return {skipped(check, unavailable.empty() ? "one rank" : unavailable)};
+  }
   if (progress) progress("all-reduce " + backend.name() + " over " + std::to_string(ranks) + " ranks");
   std::vector<AllreduceTiming> timings;
   std::string error;
   bool own_error = true;
   try {
-    timings = backend.run(transport, setup, sizes);
+    timings = backend.run(group, setup, exchange_set_up(group, backend, setup, set_up), sizes);
   } catch (const PeerFailure& e) {
     error = e.what();
     own_error = false;
   } catch (const std::exception& e) {
     error = e.what();
   }
-  // A backend that failed on one rank may fail later on another: give everyone a backend timeout to get here.
-  const auto messages =
-      gather(transport, encode_outcome(error, own_error, timings), Deadline::after(3 * setup.timeout));
-  if (transport.rank() != 0) return {};
-  const Outcomes outcomes = collect(transport, messages, sizes.size());
+  const auto messages = group.gather(check + " results", encode_outcome(error, own_error, timings), reported);
+  if (group.rank() != 0) return {};
+  const Outcomes outcomes = collect(group, messages, sizes.size());
   if (!outcomes.error.empty()) {
     return {make_result(check, Status::Fail, "failed", "sum correct",
                         outcomes.error + " (the interface, ports between nodes, or the backend's own setup)")};

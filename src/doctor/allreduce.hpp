@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "doctor/check.hpp"
-#include "doctor/peers.hpp"
+#include "doctor/group.hpp"
 
 namespace ddp::doctor {
 
@@ -37,28 +37,25 @@ struct AllreduceTiming {
 };
 
 struct CollectiveSetup {
-  int member_index = 0;      // this rank's position in members(): its rank in the backend's communicator
-  std::string data_address;  // this rank's address on the chosen interface
-  int local_rank = 0;        // which GPU a GPU backend takes
-  std::chrono::milliseconds timeout{30000};
+  std::string data_address;                  // this rank's address on the chosen interface
+  int local_rank = 0;                        // which GPU a GPU backend takes
+  std::chrono::milliseconds timeout{30000};  // each wait: the set-up exchanges, Gloo's connection and operations
+  std::chrono::milliseconds phase{120000};   // the whole check ends within this (TimeBudget::allreduce)
 };
 
-// Thrown by a backend on a rank that stopped because another rank failed: the report names that rank's own error.
-class PeerFailure : public std::runtime_error {
- public:
-  explicit PeerFailure(const std::string& message) : std::runtime_error(message) {}
-};
-
+// A backend only moves bytes; check_allreduce() runs its steps on every member alike, and exchanges each
+// rank's set-up error before the collective part, so that a failure on one rank stops all of them there.
 class AllreduceBackend {
  public:
   virtual ~AllreduceBackend() = default;
   virtual std::string name() const = 0;  // "gloo", "nccl"
-  // Why this rank cannot take part (no CUDA device, ...); empty when it can. Local and cheap.
+  // Why this rank cannot take part (no CUDA device, ...); empty when it can. Local and cheap: a SKIP.
   virtual std::string unavailable() = 0;
-  // Collective over every member, in the same order everywhere. Throws std::exception on a failure, and
-  // PeerFailure where it stops because another rank failed; either way it takes part in every exchange that
-  // the other ranks reach, so that all of them stop at the same step.
-  virtual std::vector<AllreduceTiming> run(Transport& transport, const CollectiveSetup& setup,
+  // This rank's own set-up (a device, a GPU); throws on failure. On the `root` (rank 0) returns what it hands
+  // every rank (NCCL's id), else "".
+  virtual std::string prepare(const CollectiveSetup& setup, bool root) = 0;
+  // Collective over every member, in members() order; `from_root` is what rank 0's prepare() returned.
+  virtual std::vector<AllreduceTiming> run(Group& group, const CollectiveSetup& setup, const std::string& from_root,
                                            const std::vector<AllreduceSize>& sizes) = 0;
 };
 
@@ -68,9 +65,10 @@ std::vector<CheckResult> grade_allreduce(const std::string& backend, const std::
                                          int ranks, const std::vector<std::vector<std::string>>& wrong_on);
 
 // Collective over all members: runs `backend` when every member can, else rank 0 reports a SKIP with the
-// reasons. Rank 0 returns the whole-run results; the others return nothing. `progress` may be empty.
-std::vector<CheckResult> check_allreduce(Transport& transport, AllreduceBackend& backend,
-                                         const CollectiveSetup& setup, const std::vector<AllreduceSize>& sizes,
+// reasons. Rank 0 returns the whole-run results; the others return nothing. `progress` may be empty. Ends
+// within setup.phase.
+std::vector<CheckResult> check_allreduce(Group& group, AllreduceBackend& backend, const CollectiveSetup& setup,
+                                         const std::vector<AllreduceSize>& sizes,
                                          const std::function<void(const std::string&)>& progress);
 
 }  // namespace ddp::doctor

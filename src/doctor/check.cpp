@@ -71,9 +71,7 @@ std::string format_bytes(uint64_t bytes) {
   return format_fixed(scaled, whole ? 0 : 1) + " " + kUnits[unit];
 }
 
-std::string format_gbits(double bytes_per_second) {
-  return format_fixed(bytes_per_second * 8 / 1e9, 2) + " Gbit/s";
-}
+std::string format_gbits(double bytes_per_second) { return format_fixed(bytes_per_second * 8 / 1e9, 2) + " Gbit/s"; }
 
 std::string format_mbytes(double bytes_per_second) { return format_fixed(bytes_per_second / 1e6, 1) + " MB/s"; }
 

@@ -10,7 +10,7 @@ enum class Status { Ok, Warn, Fail, Skip };
 const char* to_string(Status status);
 
 struct CheckResult {
-  std::string check;      // stable dotted name for scripts, e.g. "net.interface"
+  std::string check;  // stable dotted name for scripts, e.g. "net.interface"
   Status status = Status::Ok;
   std::string value;      // what was measured, with its unit
   std::string threshold;  // what passes; empty where the check is pass/fail by nature
@@ -34,11 +34,11 @@ Status grade_at_least(double measured, double warn_below, double fail_below);
 Status grade_at_most(double measured, double warn_above, double fail_above);
 
 // Human units, fixed formats so that tests and scripts can rely on them.
-std::string format_bytes(uint64_t bytes);           // "512 B", "1.5 KiB", "4.0 GiB"
-std::string format_gbits(double bytes_per_second);  // "9.41 Gbit/s"
-std::string format_mbytes(double bytes_per_second); // "354.2 MB/s"
-std::string format_gbytes(double bytes_per_second); // "1.23 GB/s"
-std::string format_seconds(double seconds);         // "12 us", "3.40 ms", "1.25 s"
+std::string format_bytes(uint64_t bytes);            // "512 B", "1.5 KiB", "4.0 GiB"
+std::string format_gbits(double bytes_per_second);   // "9.41 Gbit/s"
+std::string format_mbytes(double bytes_per_second);  // "354.2 MB/s"
+std::string format_gbytes(double bytes_per_second);  // "1.23 GB/s"
+std::string format_seconds(double seconds);          // "12 us", "3.40 ms", "1.25 s"
 std::string format_fixed(double value, int decimals);
 
 }  // namespace ddp::doctor

@@ -1,10 +1,7 @@
 #include "doctor/clock.hpp"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 
 namespace ddp::doctor {
 
@@ -37,58 +34,16 @@ CheckResult grade_clock_offset(const ClockOffset& offset, double warn_ms, double
   return make_result("clock.offset", status, value, "|offset| <= " + format_fixed(warn_ms, 0) + " ms", detail);
 }
 
-int64_t wall_clock_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
-}
-
-namespace {
-
-ClockOffset probe(Transport& transport, int peer, int rounds, Deadline deadline) {
+ClockOffset offset_from_rank0(StoreClient& store, int rounds, Deadline deadline) {
   std::vector<ClockSample> samples;
   for (int round = 0; round < rounds; ++round) {
     const int64_t sent = wall_clock_ns();
-    transport.send(peer, "t", deadline);
-    WireReader answer(transport.recv(peer, deadline));
-    const int64_t returned = wall_clock_ns();
-    const int64_t received = answer.get_int();
-    samples.push_back({sent, received, answer.get_int(), returned});
+    const int64_t rank0 = store.server_time(deadline);
+    samples.push_back({sent, rank0, rank0, wall_clock_ns()});
   }
-  return best_offset(samples);
-}
-
-void answer(Transport& transport, int rounds, Deadline deadline) {
-  for (int round = 0; round < rounds; ++round) {
-    transport.recv(0, deadline);
-    const int64_t received = wall_clock_ns();
-    transport.send(0, WireWriter().put_int(received).put_int(wall_clock_ns()).bytes(), deadline);
-  }
-}
-
-}  // namespace
-
-std::vector<CheckResult> measure_clock_offsets(Transport& transport, const std::vector<Peer>& peers, int rounds,
-                                               double warn_ms, double fail_s, std::chrono::milliseconds timeout) {
-  // Rank 0 probes the leaders one after the other: the last one waits for all the others' rounds first.
-  const Deadline deadline = Deadline::after(timeout * static_cast<int>(peers.size() + 1));
-  if (transport.rank() != 0) {
-    for (const auto& peer : peers) {
-      if (peer.leader && peer.rank == transport.rank()) answer(transport, rounds, deadline);
-    }
-    return {};
-  }
-  std::vector<CheckResult> results;
-  for (const auto& peer : peers) {
-    if (!peer.leader) continue;
-    CheckResult result = peer.rank == 0
-                             ? make_result("clock.offset", Status::Ok, "0 (reference)", "", "rank 0's clock")
-                             : grade_clock_offset(probe(transport, peer.rank, rounds, deadline), warn_ms, fail_s);
-    result.rank = peer.rank;
-    result.host = peer.host;
-    results.push_back(std::move(result));
-  }
-  return results;
+  ClockOffset offset = best_offset(samples);  // rank 0's clock minus this leader's
+  offset.offset_ns = -offset.offset_ns;
+  return offset;
 }
 
 }  // namespace ddp::doctor

@@ -1,34 +1,27 @@
 #pragma once
 // The socket interface Gloo and NCCL will use: which one, whether it is up, its address and link speed.
-// Reads only the kernel's state (getifaddrs, sysfs, a UDP socket that is connected but never sends).
+// Reads only the kernel's state (the core's interface list and route, netif.hpp, and sysfs).
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "doctor/check.hpp"
-#include "task_env.hpp"
+#include "env.hpp"
 
 namespace ddp::doctor {
 
 struct InterfaceInfo {
   std::string name;
   bool exists = false;
-  bool up = false;       // IFF_UP: switched on
-  bool running = false;  // IFF_RUNNING: has a carrier
+  bool up = false;                     // IFF_UP: switched on
+  bool running = false;                // IFF_RUNNING: has a carrier
   std::vector<std::string> addresses;  // numeric; IPv4 first, then IPv6 other than link-local
   std::optional<long> speed_mbps;      // /sys/class/net/NAME/speed; none for virtual interfaces
 };
 
 InterfaceInfo read_interface(const std::string& name, const std::string& sysfs_root = "/sys");
-std::vector<std::string> list_interfaces();
 
-// The local address and interface the kernel would use to reach `numeric_address`.
-struct Route {
-  std::string source_address;
-  std::string interface;
-};
-std::optional<Route> route_to(const std::string& numeric_address);
-
+// Whether an interface of this node holds `numeric_address`.
 bool is_local_address(const std::string& numeric_address);
 
 struct InterfaceChoice {

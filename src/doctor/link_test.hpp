@@ -1,7 +1,7 @@
 #pragma once
-// The guides' iperf check, built in: TCP bandwidth and round-trip time between node leaders, on the interface
-// training will use. Pairs follow a ring (each node sends to the next), one pair at a time so that tests do not
-// share links, which is also the pattern of a ring all-reduce.
+// The guides' iperf check, built in: bandwidth and round-trip time between node leaders, over the interface
+// training will use and over Gloo's own transport. Pairs follow a ring (each node sends to the next), one pair at
+// a time so that tests do not share links, which is also the pattern of a ring all-reduce.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -9,7 +9,11 @@
 #include <vector>
 
 #include "doctor/check.hpp"
-#include "doctor/peers.hpp"
+#include "doctor/group.hpp"
+
+namespace gloo {
+class Context;
+}  // namespace gloo
 
 namespace ddp::doctor {
 
@@ -18,37 +22,38 @@ struct LinkTestSize {
   std::chrono::milliseconds max_time;  // ...or after this long, whichever comes first
   int pings;                           // round trips of 8 bytes for the latency
 };
-LinkTestSize link_test_size(bool quick);
+LinkTestSize link_test_size(bool quick, std::chrono::milliseconds stream_time);
 
 struct LinkMeasurement {
   uint64_t bytes = 0;
-  double seconds = 0;    // from the first byte sent to the receiver's acknowledgement of the last
+  double seconds = 0;      // from the first byte sent to the receiver's count of the last
   double rtt_seconds = 0;  // median round trip
 };
 
-// One client on `listener`: answers its pings, then reads its stream. Throws NetError.
-void serve_link_test(const Socket& listener, Deadline deadline);
-// Throws NetError.
-LinkMeasurement run_link_test(const std::string& address, uint16_t port, const LinkTestSize& size, Deadline deadline);
+// Over a connected two-rank Gloo context: its rank 0 measures, its rank 1 serves. Throw what Gloo throws.
+LinkMeasurement measure_link(const std::shared_ptr<gloo::Context>& context, const LinkTestSize& size);
+void serve_link(const std::shared_ptr<gloo::Context>& context, const LinkTestSize& size);
 
 // net.p2p_bw (WARN under min_gbps) and net.p2p_rtt (WARN over max_rtt_us) of a link to `to`.
 std::vector<CheckResult> grade_link(const LinkMeasurement& measured, const std::string& to, double min_gbps,
                                     double max_rtt_us);
 
-// The ring of pairs among leaders that can serve: [(a0, a1), (a1, a2), ..., (an, a0)], sender first.
+// The ring of pairs among leaders with a usable address: [(a0, a1), (a1, a2), ..., (an, a0)], measuring side first.
 std::vector<std::pair<Peer, Peer>> ring_pairs(const std::vector<Peer>& peers);
 
 struct LinkSettings {
   LinkTestSize size;
   double min_gbps;
   double max_rtt_us;
-  std::chrono::milliseconds timeout;
-  std::function<void(const std::string&)> progress;  // rank 0: one line per pair
+  std::chrono::milliseconds per_pair;                // each pair connects and measures within this
+  std::function<void(const std::string&)> progress;  // one line per pair this rank measures
 };
 
-// Collective over all members. `listener`: this rank's link-test listener (leaders with a data address).
-// Rank 0 returns every pair's results (on the sending rank's row); the others return nothing.
-std::vector<CheckResult> check_links(Transport& transport, const std::vector<Peer>& peers, const Socket& listener,
-                                     const LinkSettings& settings);
+// Collective over all members. Each leader serves the pair before its own and then measures its own, so the pairs
+// run one after the other without anyone directing them; pair i ends by per_pair x (i + 1) after the start, and
+// everyone waits for the last. Returns this rank's results as a measuring side (on its own row, which the caller
+// stamps); rank 0 adds a SKIP when fewer than two nodes can take part.
+std::vector<CheckResult> check_links(Group& group, const std::vector<Peer>& peers, const LinkSettings& settings,
+                                     std::chrono::milliseconds wait_for_the_last);
 
 }  // namespace ddp::doctor

@@ -42,7 +42,7 @@ bool resolve(void* library, const char* name, Fn& fn) {
 // Loads both libraries once per process; `error` says what is missing.
 const Api* load_api(std::string& error) {
   static std::string load_error;
-  static const Api* api = [] () -> const Api* {
+  static const Api* api = []() -> const Api* {
     void* cudart = dlopen(DDP_CUDART_LIBRARY, RTLD_NOW | RTLD_LOCAL);
     void* nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
     if (cudart == nullptr || nccl == nullptr) {
@@ -51,16 +51,19 @@ const Api* load_api(std::string& error) {
     }
     static Api loaded{};
     const bool complete =
-        resolve(cudart, "cudaGetDeviceCount", loaded.get_device_count) && resolve(cudart, "cudaSetDevice", loaded.set_device) &&
+        resolve(cudart, "cudaGetDeviceCount", loaded.get_device_count) &&
+        resolve(cudart, "cudaSetDevice", loaded.set_device) &&
         resolve(cudart, "cudaGetErrorString", loaded.error_string) && resolve(cudart, "cudaMalloc", loaded.malloc) &&
         resolve(cudart, "cudaFree", loaded.free) && resolve(cudart, "cudaMemcpy", loaded.memcpy) &&
         resolve(cudart, "cudaStreamCreate", loaded.stream_create) &&
         resolve(cudart, "cudaStreamDestroy", loaded.stream_destroy) &&
-        resolve(cudart, "cudaStreamQuery", loaded.stream_query) && resolve(nccl, "ncclGetUniqueId", loaded.get_unique_id) &&
+        resolve(cudart, "cudaStreamQuery", loaded.stream_query) &&
+        resolve(nccl, "ncclGetUniqueId", loaded.get_unique_id) &&
         resolve(nccl, "ncclCommInitRankConfig", loaded.init_rank_config) &&
-        resolve(nccl, "ncclCommGetAsyncError", loaded.async_error) && resolve(nccl, "ncclAllReduce", loaded.all_reduce) &&
-        resolve(nccl, "ncclCommFinalize", loaded.finalize) && resolve(nccl, "ncclCommDestroy", loaded.destroy) &&
-        resolve(nccl, "ncclCommAbort", loaded.abort) && resolve(nccl, "ncclGetErrorString", loaded.nccl_error_string);
+        resolve(nccl, "ncclCommGetAsyncError", loaded.async_error) &&
+        resolve(nccl, "ncclAllReduce", loaded.all_reduce) && resolve(nccl, "ncclCommFinalize", loaded.finalize) &&
+        resolve(nccl, "ncclCommDestroy", loaded.destroy) && resolve(nccl, "ncclCommAbort", loaded.abort) &&
+        resolve(nccl, "ncclGetErrorString", loaded.nccl_error_string);
     if (!complete) {
       load_error = "the CUDA runtime or NCCL lacks an entry point this tool uses (too old)";
       return nullptr;
@@ -172,38 +175,6 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
-// Each rank picks its GPU and rank 0 makes the communicator's id; every rank then takes part in one exchange,
-// carrying its error if it has one, so that a failure on one rank stops all of them at the same step.
-ncclUniqueId prepare(const Api& api, Transport& transport, const CollectiveSetup& setup) {
-  ncclUniqueId id{};
-  std::string error;
-  try {
-    int count = 0;
-    check_cuda(api, api.get_device_count(&count), "cudaGetDeviceCount");
-    check_cuda(api, api.set_device(setup.local_rank % count), "cudaSetDevice");
-    if (setup.member_index == 0) {
-      const ncclResult_t rc = api.get_unique_id(&id);
-      if (rc != ncclSuccess) throw std::runtime_error(std::string("ncclGetUniqueId: ") + api.nccl_error_string(rc));
-    }
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  const std::string mine = WireWriter().put(error).put(std::string(id.internal, sizeof id.internal)).bytes();
-  const auto everyone = all_gather(transport, mine, Deadline::after(setup.timeout));
-  if (!error.empty()) throw std::runtime_error(error);
-  for (size_t member = 0; member < everyone.size(); ++member) {
-    if (!WireReader(everyone[member]).get().empty()) {
-      throw PeerFailure("NCCL setup failed on rank " + std::to_string(transport.members()[member]));
-    }
-  }
-  WireReader root(everyone[0]);
-  root.get();
-  const std::string bytes = root.get();
-  if (bytes.size() != sizeof id.internal) throw std::runtime_error("rank 0 sent a malformed NCCL id");
-  std::memcpy(id.internal, bytes.data(), sizeof id.internal);
-  return id;
-}
-
 class NcclBackend : public AllreduceBackend {
  public:
   std::string name() const override { return "nccl"; }
@@ -218,18 +189,33 @@ class NcclBackend : public AllreduceBackend {
     return count > 0 ? "" : "no CUDA device";
   }
 
-  std::vector<AllreduceTiming> run(Transport& transport, const CollectiveSetup& setup,
+  // Each rank picks its GPU; rank 0 makes the communicator's id, which check_allreduce hands to every rank.
+  std::string prepare(const CollectiveSetup& setup, bool root) override {
+    const Api& api = *api_;
+    int count = 0;
+    check_cuda(api, api.get_device_count(&count), "cudaGetDeviceCount");
+    check_cuda(api, api.set_device(setup.local_rank % count), "cudaSetDevice");
+    if (!root) return "";
+    ncclUniqueId id{};
+    const ncclResult_t rc = api.get_unique_id(&id);
+    if (rc != ncclSuccess) throw std::runtime_error(std::string("ncclGetUniqueId: ") + api.nccl_error_string(rc));
+    return std::string(id.internal, sizeof id.internal);
+  }
+
+  std::vector<AllreduceTiming> run(Group& group, const CollectiveSetup& setup, const std::string& from_root,
                                    const std::vector<AllreduceSize>& sizes) override {
     const Api& api = *api_;
-    const int ranks = static_cast<int>(transport.members().size());
-    const ncclUniqueId id = prepare(api, transport, setup);
-    Communicator comm(api, ranks, id, setup.member_index, setup.timeout);
+    const int ranks = static_cast<int>(group.members().size());
+    ncclUniqueId id{};
+    if (from_root.size() != sizeof id.internal) throw std::runtime_error("rank 0 sent a malformed NCCL id");
+    std::memcpy(id.internal, from_root.data(), sizeof id.internal);
+    Communicator comm(api, ranks, id, group.index(), setup.timeout);
     size_t largest = 0;
     for (const auto& size : sizes) largest = std::max(largest, size.bytes);
     const DeviceBuffer input(api, largest);
     const DeviceBuffer output(api, largest);
     const Stream stream(api);
-    const std::vector<float> host(largest / sizeof(float), fill_value(setup.member_index));
+    const std::vector<float> host(largest / sizeof(float), fill_value(group.index()));
     check_cuda(api, api.memcpy(input.get(), host.data(), largest, cudaMemcpyHostToDevice), "cudaMemcpy");
     std::vector<AllreduceTiming> timings;
     for (const auto& size : sizes) timings.push_back(time_size(comm, input, output, stream, size, ranks));

@@ -15,8 +15,9 @@ EnvLookup or_empty(const EnvLookup& env) {
 std::vector<CheckResult> storage_checks(const NodeCheckRequest& request) {
   const std::string& dir = request.snapshot_dir;
   if (dir.empty()) {
-    return {skipped("storage.dir", "no snapshot directory: set DDP_SNAPSHOT_DIR (srun --ddp-snapshot-dir) or "
-                                   "pass --snapshot-dir")};
+    return {skipped("storage.dir",
+                    "no snapshot directory: set DDP_SNAPSHOT_DIR (srun --ddp-snapshot-dir) or "
+                    "pass --snapshot-dir")};
   }
   CheckResult usable = check_snapshot_dir(dir);
   if (usable.status == Status::Fail) return {usable};

@@ -14,14 +14,14 @@
 namespace ddp::doctor {
 
 struct NodeCheckRequest {
-  std::string master_addr;                // MASTER_ADDR; empty: net.* checks are skipped
-  std::optional<std::string> interface;   // the socket interface forced for the tasks; unset: see choose_interface
+  std::string master_addr;               // MASTER_ADDR; empty: net.* checks are skipped
+  std::optional<std::string> interface;  // the socket interface forced for the tasks; unset: see choose_interface
   // The tasks' environment as they will see it (GLOO_/NCCL_SOCKET_IFNAME, CUDA_VISIBLE_DEVICES or
   // ROCR_VISIBLE_DEVICES: unset means every GPU); may be empty.
   EnvLookup env;
-  std::string snapshot_dir;               // DDP_SNAPSHOT_DIR; empty: storage.* checks are skipped
-  uint64_t snapshot_bytes = 0;            // 0: the newest file in snapshot_dir, else 1 GiB
-  bool needs_gpu = false;                 // the backend is NCCL (RCCL): no usable GPU is a FAIL
+  std::string snapshot_dir;     // DDP_SNAPSHOT_DIR; empty: storage.* checks are skipped
+  uint64_t snapshot_bytes = 0;  // 0: the newest file in snapshot_dir, else 1 GiB
+  bool needs_gpu = false;       // the backend is NCCL (RCCL): no usable GPU is a FAIL
   double min_link_gbps = 10;
   std::string sysfs_root = "/sys";
 };

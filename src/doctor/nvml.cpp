@@ -71,7 +71,8 @@ std::string failed(const Api& api, const char* call, int rc) { return std::strin
 // Reads everything with NVML initialised; returns the error text of the first call that failed.
 std::string read_info(const Api& api, NvmlInfo& info) {
   char text[96] = {};
-  if (const int rc = api.driver_version(text, sizeof text); rc != 0) return failed(api, "nvmlSystemGetDriverVersion", rc);
+  if (const int rc = api.driver_version(text, sizeof text); rc != 0)
+    return failed(api, "nvmlSystemGetDriverVersion", rc);
   info.driver_version = text;
   if (const int rc = api.cuda_version(&info.cuda_version); rc != 0) {
     return failed(api, "nvmlSystemGetCudaDriverVersion", rc);

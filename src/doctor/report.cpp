@@ -5,10 +5,14 @@
 #include <cstdio>
 #include <set>
 
+#include "doctor/wire.hpp"
+#include "parse.hpp"
+
 namespace ddp::doctor {
 namespace {
 
 constexpr size_t kColumns = 7;
+constexpr size_t kMaxColumn = 80;  // a padded column: one long value must not widen every row
 using Row = std::array<std::string, kColumns>;
 
 std::vector<CheckResult> ordered(const std::vector<CheckResult>& results) {
@@ -20,10 +24,13 @@ std::vector<CheckResult> ordered(const std::vector<CheckResult>& results) {
   return rows;
 }
 
+// Printable ASCII only (no terminal escapes from other ranks' text), each column cut to its width.
 Row table_row(const CheckResult& r) {
   const bool whole_run = r.rank == CheckResult::kWholeRun;
-  return {whole_run ? "(all)" : r.host, whole_run ? "-" : std::to_string(r.rank), r.check, to_string(r.status),
-          r.value.empty() ? "-" : r.value, r.threshold.empty() ? "-" : r.threshold, r.detail};
+  Row row{whole_run ? "(all)" : r.host,    whole_run ? "-" : std::to_string(r.rank), r.check, to_string(r.status),
+          r.value.empty() ? "-" : r.value, r.threshold.empty() ? "-" : r.threshold,  r.detail};
+  for (size_t c = 0; c < kColumns; ++c) row[c] = printable(row[c], c + 1 < kColumns ? kMaxColumn : kMaxField);
+  return row;
 }
 
 size_t node_count(const std::vector<CheckResult>& results) {
@@ -39,7 +46,7 @@ size_t count_of(const std::vector<CheckResult>& results, Status status) {
       std::count_if(results.begin(), results.end(), [status](const CheckResult& r) { return r.status == status; }));
 }
 
-std::string json_string(const std::string& text) { return "\"" + json_escape(text) + "\""; }
+std::string json_string(const std::string& text) { return "\"" + json_escape(printable(text, kMaxField)) + "\""; }
 
 std::string json_result(const CheckResult& r) {
   return std::string("{\"host\":") + (r.rank == CheckResult::kWholeRun ? "null" : json_string(r.host)) +

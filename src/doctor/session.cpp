@@ -10,9 +10,9 @@
 #include "doctor/clock.hpp"
 #include "doctor/cpu.hpp"
 #include "doctor/gpu.hpp"
+#include "doctor/interface.hpp"
 #include "doctor/link_test.hpp"
 #include "doctor/node_checks.hpp"
-#include "doctor/peers.hpp"
 #include "doctor/shared_dir.hpp"
 #include "doctor/storage.hpp"
 #include "parse.hpp"
@@ -51,7 +51,7 @@ NodeCheckRequest node_request(const DoctorRun& run) {
   request.env = run.env;
   request.snapshot_dir = snapshot_dir_of(run);
   request.snapshot_bytes = run.options.snapshot_bytes;
-  request.needs_gpu = run.launch.nccl_backend;
+  request.needs_gpu = run.launch.backend == Backend::Nccl;
   request.min_link_gbps = run.options.thresholds.min_net_gbps;
   return request;
 }
@@ -63,18 +63,12 @@ bool passed(const std::vector<CheckResult>& results, const std::string& check) {
   return false;
 }
 
-std::chrono::milliseconds write_budget(const DoctorRun& run) { return std::chrono::seconds(run.options.quick ? 3 : 20); }
-
-// How long a rank may wait for the others' local checks: the disk write, plus NVML, hwloc and name lookups.
-std::chrono::milliseconds local_checks_budget(const DoctorRun& run) {
-  return write_budget(run) + std::chrono::seconds(30);
-}
-
 CheckResult write_bandwidth(const DoctorRun& run, const std::string& dir) {
   const uint64_t bytes = run.options.quick ? 16u << 20 : 256u << 20;
   report_progress(run, "writing up to " + format_bytes(bytes) + " with fsync to " + dir);
   try {
-    return grade_write_bandwidth(measure_write(dir, bytes, write_budget(run)), run.options.thresholds.min_disk_mbps);
+    return grade_write_bandwidth(measure_write(dir, bytes, time_budget(run.options).disk_write),
+                                 run.options.thresholds.min_disk_mbps);
   } catch (const std::exception& e) {
     return make_result("storage.write_bw", Status::Fail, "failed", "", e.what());
   }
@@ -130,55 +124,46 @@ std::vector<CheckResult> rendezvous_check(const std::string& master_ip, const st
   return {make_result("net.rendezvous", Status::Ok, master_ip, "an address of rank 0's node")};
 }
 
-// Leaders serve point-to-point tests on their chosen interface's address, on an ephemeral port.
-Socket open_link_listener(const DoctorRun& run, Peer& me) {
-  if (!is_leader(run) || me.data_address.empty()) return Socket();
-  try {
-    Socket listener = Socket::listen_on(me.data_address, 0);
-    me.link_port = listener.local_port();
-    return listener;
-  } catch (const NetError&) {
-    me.data_address.clear();
-    return Socket();
-  }
+CheckResult clock_offset(Group& group, const DoctorRun& run, Deadline deadline) {
+  if (group.rank() == 0) return make_result("clock.offset", Status::Ok, "0 (reference)", "", "rank 0's clock");
+  const auto& thresholds = run.options.thresholds;
+  return grade_clock_offset(offset_from_rank0(*group.store(), kClockRounds, deadline), thresholds.max_clock_ms,
+                            thresholds.fail_clock_s);
 }
 
-std::vector<CheckResult> cross_checks(Transport& transport, const DoctorRun& run, std::vector<CheckResult>& mine) {
-  const auto timeout = run.options.timeout;
+// `mine`: this rank's results so far, to which its cross-node ones are added (rank 0 adds the run's).
+void cross_checks(Group& group, const DoctorRun& run, std::vector<CheckResult>& mine, Deadline checks_done) {
+  const TimeBudget budget = time_budget(run.options);
   const NodeNetwork network = inspect_network(node_request(run));
   Peer me;
-  me.rank = run.launch.rank;
+  me.rank = group.rank();
   me.host = run.host;
   me.leader = is_leader(run);
   me.storage_ok = passed(mine, "storage.dir");
   if (passed(network.results, "net.interface")) me.data_address = network.info.addresses.front();
-  const Socket listener = open_link_listener(run, me);
-  const std::vector<Peer> peers = exchange_peers(transport, me, Deadline::after(timeout + local_checks_budget(run)));
+  const std::vector<Peer> peers = exchange_peers(group, me, checks_done);
 
-  std::vector<CheckResult> found;
-  if (transport.rank() == 0) {
-    auto rendezvous = rendezvous_check(network.master_ip, peers);
-    append(found, stamp(rendezvous, me.rank, me.host));
+  std::vector<CheckResult> own;
+  if (group.rank() == 0) append(own, rendezvous_check(network.master_ip, peers));
+  if (me.leader) {
+    report_progress(run, "clocks");
+    own.push_back(clock_offset(group, run, Deadline::after(budget.clock)));
   }
-  report_progress(run, "clocks");
-  append(found, measure_clock_offsets(transport, peers, kClockRounds, run.options.thresholds.max_clock_ms,
-                                      run.options.thresholds.fail_clock_s, timeout));
   report_progress(run, "shared snapshot directory");
-  append(mine, check_shared_dir(transport, peers, snapshot_dir_of(run), timeout));
-  const auto progress = transport.rank() == 0 ? run.progress : nullptr;
-  LinkSettings links{link_test_size(run.options.quick), run.options.thresholds.min_net_gbps,
-                     run.options.thresholds.max_rtt_us, timeout, progress};
-  append(found, check_links(transport, peers, listener, links));
+  append(mine, check_shared_dir(group, peers, snapshot_dir_of(run), Deadline::after(budget.shared_dir)));
+  append(mine, stamp(own, me.rank, me.host));
+  const auto progress = group.rank() == 0 ? run.progress : nullptr;
+  const LinkSettings links{link_test_size(run.options.quick, budget.link_stream), run.options.thresholds.min_net_gbps,
+                           run.options.thresholds.max_rtt_us, budget.link_pair, progress};
+  append(mine, check_links(group, peers, links, budget.exchange));
   CollectiveSetup setup;
-  setup.member_index = static_cast<int>(
-      std::find(transport.members().begin(), transport.members().end(), transport.rank()) - transport.members().begin());
   setup.data_address = me.data_address;
   setup.local_rank = run.launch.local_rank;
-  setup.timeout = timeout;
+  setup.timeout = run.options.timeout;
+  setup.phase = budget.allreduce;
   for (AllreduceBackend* backend : run.backends) {
-    append(found, check_allreduce(transport, *backend, setup, allreduce_sizes(run.options.quick), progress));
+    append(mine, check_allreduce(group, *backend, setup, allreduce_sizes(run.options.quick), progress));
   }
-  return found;
 }
 
 }  // namespace
@@ -191,7 +176,7 @@ std::vector<CheckResult> local_checks(const DoctorRun& run) {
   } else {
     // The node's checks belong to its leader; this task's own GPU view may still differ.
     const NodeGpus node = scan_gpus("/sys");
-    results.push_back(check_visible_gpus(node, run.env(node.visible_variable()), run.launch.nccl_backend));
+    results.push_back(check_visible_gpus(node, run.env(node.visible_variable()), run.launch.backend == Backend::Nccl));
   }
   const unsigned cores = usable_cores();
   results.push_back(check_cores(cores, run.options.workers));
@@ -199,7 +184,9 @@ std::vector<CheckResult> local_checks(const DoctorRun& run) {
   return stamp(results, run.launch.rank, run.host);
 }
 
-Outcome run_doctor(Transport& transport, const DoctorRun& run, std::vector<CheckResult> meeting) {
+Outcome run_doctor(Group& group, const DoctorRun& run, std::vector<CheckResult> meeting) {
+  const TimeBudget budget = time_budget(run.options);
+  const Deadline checks_done = Deadline::after(budget.node_checks);
   std::vector<CheckResult> mine = local_checks(run);
   for (auto& result : meeting) {
     // Rows about other ranks (those that never connected) already say whose they are.
@@ -210,19 +197,19 @@ Outcome run_doctor(Transport& transport, const DoctorRun& run, std::vector<Check
   }
   append(mine, meeting);
   Outcome outcome;
-  outcome.report.launcher = transport.describe();
+  outcome.report.launcher = group.describe();
   outcome.report.world_size = run.launch.world_size;
   try {
-    const std::vector<CheckResult> found = cross_checks(transport, run, mine);
-    const auto gathered = gather(transport, encode_results(mine), Deadline::after(run.options.timeout));
+    cross_checks(group, run, mine, checks_done);
     std::vector<CheckResult> all;
-    for (const auto& bytes : gathered) append(all, decode_results(bytes));
-    append(all, found);
-    const int status = exit_status(all);
-    outcome.exit_status = static_cast<int>(
-        WireReader(broadcast(transport, WireWriter().put_int(status).bytes(), Deadline::after(run.options.timeout)))
-            .get_int());
-    outcome.print = transport.rank() == 0;
+    for (const auto& bytes : group.gather("results", encode_results(mine), Deadline::after(budget.exchange))) {
+      append(all, decode_results(bytes));
+    }
+    const std::string status =
+        group.broadcast("exit status", std::to_string(exit_status(all)), Deadline::after(budget.exchange));
+    outcome.exit_status = status == "0" ? 0 : 1;
+    group.finish(Deadline::after(budget.exchange));
+    outcome.print = group.rank() == 0;
     outcome.report.results = std::move(all);
   } catch (const std::exception& e) {
     // Mostly a lost or late rank (ExchangeError); anything else is reported the same way rather than crashing.
@@ -237,7 +224,7 @@ Outcome run_doctor(Transport& transport, const DoctorRun& run, std::vector<Check
 
 Outcome run_unconnected(const DoctorRun& run, const std::string& reason) {
   Outcome outcome;
-  outcome.report.launcher = "tcp " + host_port(run.launch.master_addr, run.launch.master_port.value_or(0));
+  outcome.report.launcher = "tcp " + host_port(run.launch.master_addr, run.launch.master_port);
   outcome.report.world_size = run.launch.world_size;
   std::vector<CheckResult> results = local_checks(run);
   std::vector<CheckResult> failure{make_result("net.master_port", Status::Fail, "unreachable", "reachable", reason)};
@@ -246,64 +233,6 @@ Outcome run_unconnected(const DoctorRun& run, const std::string& reason) {
   outcome.print = true;
   outcome.exit_status = 1;
   return outcome;
-}
-
-std::vector<CheckResult> tcp_meeting_results(const Transport& transport, const Launch& launch,
-                                             std::chrono::milliseconds timeout) {
-  const std::string where = host_port(launch.master_addr, launch.master_port.value_or(0));
-  const std::string threshold = "joined within " + format_seconds(static_cast<double>(timeout.count()) / 1000);
-  if (transport.rank() != 0) return {make_result("net.master_port", Status::Ok, "reached " + where, threshold)};
-  const auto& members = transport.members();
-  std::vector<CheckResult> results{make_result(
-      "net.master_port", Status::Ok, "listening on " + std::to_string(launch.master_port.value_or(0)), threshold,
-      std::to_string(members.size()) + " of " + std::to_string(launch.world_size) + " ranks joined")};
-  for (int rank = 1; rank < launch.world_size; ++rank) {
-    if (std::find(members.begin(), members.end(), rank) != members.end()) continue;
-    CheckResult missing = make_result(
-        "net.master_port", Status::Fail, "never connected", threshold,
-        "rank " + std::to_string(rank) + " did not reach rank 0 at " + where + ": its own output says why (its node "
-        "cannot reach MASTER_ADDR:MASTER_PORT, a firewall or security group drops it, or it did not start)");
-    missing.rank = rank;
-    missing.host = "?";
-    results.push_back(std::move(missing));
-  }
-  return results;
-}
-
-std::vector<CheckResult> probe_master_port(Transport& transport, const Launch& launch,
-                                           std::chrono::milliseconds timeout) {
-  const std::string check = "net.master_port";
-  if (launch.master_addr.empty() || !launch.master_port) {
-    if (transport.rank() != 0) return {};
-    return {skipped(check, "no MASTER_ADDR/MASTER_PORT to probe: export them or pass --master-addr/--master-port")};
-  }
-  const std::string where = host_port(launch.master_addr, *launch.master_port);
-  const std::string threshold = "reachable within " + format_seconds(static_cast<double>(timeout.count()) / 1000);
-  Socket listener;
-  std::vector<CheckResult> results;
-  if (transport.rank() == 0) {
-    try {
-      listener = Socket::listen_on("", *launch.master_port);
-      results.push_back(make_result(check, Status::Ok, "listening on " + std::to_string(*launch.master_port), threshold));
-    } catch (const NetError& e) {
-      results.push_back(make_result(check, Status::Fail, "in use", threshold,
-                                    std::string(e.what()) + ": another program holds MASTER_PORT on rank 0's node"));
-    }
-  }
-  const bool listening = broadcast(transport, listener.valid() ? "1" : "0", Deadline::after(timeout)) == "1";
-  if (listening && transport.rank() != 0 && launch.local_rank == 0) {
-    try {
-      Socket::connect_to(launch.master_addr, *launch.master_port, Deadline::after(timeout));
-      results.push_back(make_result(check, Status::Ok, "reached " + where, threshold));
-    } catch (const NetError& e) {
-      results.push_back(make_result(check, Status::Fail, "unreachable", threshold,
-                                    "cannot reach " + where + ": " + e.what() +
-                                        " (do firewalls or security groups allow this port between the nodes?)"));
-    }
-  }
-  // Rank 0 keeps listening until every leader has tried.
-  barrier(transport, Deadline::after(2 * timeout));
-  return results;
 }
 
 }  // namespace ddp::doctor

@@ -18,7 +18,6 @@
 namespace ddp::doctor {
 namespace {
 
-constexpr auto kTokenPatience = std::chrono::seconds(3);
 constexpr auto kRetryPause = std::chrono::milliseconds(100);
 
 bool token_readable(const std::string& dir, const std::string& nonce, int rank) {
@@ -26,13 +25,6 @@ bool token_readable(const std::string& dir, const std::string& nonce, int rank) 
   std::stringstream content;
   content << file.rdbuf();
   return file && content.str() == token_content(nonce, rank);
-}
-
-std::string new_nonce() {
-  std::random_device random;
-  std::stringstream text;
-  text << std::hex << random() << random();
-  return text.str();
 }
 
 std::vector<Peer> sharing_leaders(const std::vector<Peer>& peers) {
@@ -44,6 +36,17 @@ std::vector<Peer> sharing_leaders(const std::vector<Peer>& peers) {
 }
 
 }  // namespace
+
+std::string new_nonce() {
+  std::random_device random;
+  std::string nonce;
+  for (int i = 0; i < 32; ++i) nonce += "0123456789abcdef"[random() % 16];
+  return nonce;
+}
+
+bool valid_nonce(const std::string& text) {
+  return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
 
 std::string token_path(const std::string& dir, const std::string& nonce, int rank) {
   return dir + "/" + kDoctorFilePrefix + "shared-" + nonce + "-" + std::to_string(rank);
@@ -59,8 +62,8 @@ void write_token(const std::string& dir, const std::string& nonce, int rank) {
   if (fd < 0) throw Error("cannot create " + quote(path) + ": " + std::strerror(errno));
   const std::string content = token_content(nonce, rank);
   // fsync and close before the others look: close-to-open is all NFS promises.
-  const bool written = write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
-                       fsync(fd) == 0;
+  const bool written =
+      write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) && fsync(fd) == 0;
   close(fd);
   if (!written) throw Error("cannot write " + quote(path) + ": " + std::strerror(errno));
 }
@@ -82,8 +85,8 @@ std::vector<int> missing_tokens(const std::string& dir, const std::string& nonce
 
 CheckResult grade_shared(const std::string& dir, const std::vector<int>& missing, const std::vector<Peer>& others) {
   const std::string threshold = "all nodes' tokens";
-  const std::string value = std::to_string(others.size() - missing.size()) + " of " + std::to_string(others.size()) +
-                            " other node(s)";
+  const std::string value =
+      std::to_string(others.size() - missing.size()) + " of " + std::to_string(others.size()) + " other node(s)";
   if (missing.empty()) return make_result("storage.shared", Status::Ok, value, threshold, dir);
   std::string unseen;
   for (const auto& peer : others) {
@@ -97,27 +100,28 @@ CheckResult grade_shared(const std::string& dir, const std::vector<int>& missing
                          "DDP_SNAPSHOT_DIR on storage all nodes share, or a restarted job will not find its snapshots");
 }
 
-std::vector<CheckResult> check_shared_dir(Transport& transport, const std::vector<Peer>& peers,
-                                          const std::string& dir, std::chrono::milliseconds timeout) {
+std::vector<CheckResult> check_shared_dir(Group& group, const std::vector<Peer>& peers, const std::string& dir,
+                                          Deadline deadline) {
   const std::vector<Peer> sharing = sharing_leaders(peers);
-  const std::string nonce = broadcast(transport, transport.rank() == 0 ? new_nonce() : "", Deadline::after(timeout));
-  const auto me = std::find_if(sharing.begin(), sharing.end(), [&](const Peer& p) { return p.rank == transport.rank(); });
+  const std::string nonce = group.broadcast("nonce", group.rank() == 0 ? new_nonce() : "", deadline);
+  if (!valid_nonce(nonce)) throw ExchangeError("rank 0 sent a malformed nonce " + quote(nonce));
+  const auto me = std::find_if(sharing.begin(), sharing.end(), [&](const Peer& p) { return p.rank == group.rank(); });
   const bool taking_part = me != sharing.end() && sharing.size() > 1;
   std::string write_error;
   if (taking_part) {
     try {
-      write_token(dir, nonce, transport.rank());
+      write_token(dir, nonce, group.rank());
     } catch (const std::exception& e) {
       write_error = e.what();
     }
   }
-  barrier(transport, Deadline::after(timeout));
+  group.barrier("tokens written", deadline);
   std::vector<CheckResult> results;
   if (taking_part) {
     std::vector<Peer> others;
     std::vector<int> other_ranks;
     for (const auto& peer : sharing) {
-      if (peer.rank == transport.rank()) continue;
+      if (peer.rank == group.rank()) continue;
       others.push_back(peer);
       other_ranks.push_back(peer.rank);
     }
@@ -127,12 +131,12 @@ std::vector<CheckResult> check_shared_dir(Transport& transport, const std::vecto
     results.back().rank = me->rank;
     results.back().host = me->host;
   }
-  if (transport.rank() == 0 && sharing.size() < 2) {
+  if (group.rank() == 0 && sharing.size() < 2) {
     results.push_back(skipped("storage.shared", "fewer than two nodes with a usable snapshot directory"));
   }
   // Everyone has looked before anyone removes a token.
-  barrier(transport, Deadline::after(timeout + kTokenPatience));
-  if (taking_part) unlink(token_path(dir, nonce, transport.rank()).c_str());
+  group.barrier("tokens read", deadline);
+  if (taking_part) unlink(token_path(dir, nonce, group.rank()).c_str());
   return results;
 }
 

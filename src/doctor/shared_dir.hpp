@@ -7,9 +7,14 @@
 #include <vector>
 
 #include "doctor/check.hpp"
-#include "doctor/peers.hpp"
+#include "doctor/group.hpp"
 
 namespace ddp::doctor {
+
+// The run-wide nonce: 32 lower-case hex digits. valid_nonce() is checked before a nonce from rank 0 becomes part
+// of a file name.
+std::string new_nonce();
+bool valid_nonce(const std::string& text);
 
 std::string token_path(const std::string& dir, const std::string& nonce, int rank);
 // The token's content names the run and the writer, so that a stale file from another run cannot pass.
@@ -26,8 +31,9 @@ CheckResult grade_shared(const std::string& dir, const std::vector<int>& missing
 
 // Collective over all members: leaders whose snapshot directory passed storage.dir take part. Returns this
 // rank's storage.shared result (none for ranks that do not take part; rank 0 adds a SKIP for the whole run
-// when fewer than two nodes can take part). `timeout`: the longest wait for another rank at each step.
-std::vector<CheckResult> check_shared_dir(Transport& transport, const std::vector<Peer>& peers,
-                                          const std::string& dir, std::chrono::milliseconds timeout);
+// when fewer than two nodes can take part). Every wait ends by `deadline`, kTokenPatience before it included.
+inline constexpr auto kTokenPatience = std::chrono::seconds(3);
+std::vector<CheckResult> check_shared_dir(Group& group, const std::vector<Peer>& peers, const std::string& dir,
+                                          Deadline deadline);
 
 }  // namespace ddp::doctor

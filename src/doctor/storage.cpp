@@ -38,10 +38,10 @@ struct FileSystemName {
 
 // statfs magic numbers of the file systems found under training data (linux/magic.h and the vendors' sources).
 constexpr FileSystemName kFileSystems[] = {
-    {0xEF53, "ext4"},          {0x58465342, "xfs"},         {0x9123683E, "btrfs"}, {0x2FC12FC1, "zfs"},
-    {0x01021994, "tmpfs"},     {0x6969, "nfs"},             {0x0BD00BD0, "lustre"}, {0x47504653, "gpfs"},
-    {0x19830326, "beegfs"},    {0x00C36400, "cephfs"},      {0xFF534D42, "cifs"},  {0xFE534D42, "smb2"},
-    {0x65735546, "fuse"},      {0x794C7630, "overlayfs"},   {0x5346544E, "ntfs"},
+    {0xEF53, "ext4"},       {0x58465342, "xfs"},       {0x9123683E, "btrfs"},  {0x2FC12FC1, "zfs"},
+    {0x01021994, "tmpfs"},  {0x6969, "nfs"},           {0x0BD00BD0, "lustre"}, {0x47504653, "gpfs"},
+    {0x19830326, "beegfs"}, {0x00C36400, "cephfs"},    {0xFF534D42, "cifs"},   {0xFE534D42, "smb2"},
+    {0x65735546, "fuse"},   {0x794C7630, "overlayfs"}, {0x5346544E, "ntfs"},
 };
 
 std::string file_system_name(long magic) {
@@ -61,8 +61,8 @@ bool is_network_file_system(const std::string& name) {
 // "1" for a spinning disk, "0" for SSD/NVMe; empty when the directory is not on a local block device.
 // A partition has no queue/ of its own: its parent device (one level up in sysfs) has.
 std::string rotational(const std::string& sysfs_root, dev_t device, std::string& device_name) {
-  const std::string base = sysfs_root + "/dev/block/" + std::to_string(major(device)) + ":" +
-                           std::to_string(minor(device));
+  const std::string base =
+      sysfs_root + "/dev/block/" + std::to_string(major(device)) + ":" + std::to_string(minor(device));
   for (const std::string& dir : {base, base + "/.."}) {
     std::ifstream flag(dir + "/queue/rotational");
     std::string value;
@@ -80,7 +80,7 @@ std::string rotational(const std::string& sysfs_root, dev_t device, std::string&
 CheckResult check_snapshot_dir(const std::string& dir) {
   const std::string check = "storage.dir";
   const std::string fix = "; create it on storage every node shares, or pass another with --snapshot-dir";
-  struct stat info {};
+  struct stat info = {};
   if (stat(dir.c_str(), &info) != 0) {
     return make_result(check, Status::Fail, "missing", "writable directory",
                        quote(dir) + ": " + std::strerror(errno) + fix);
@@ -108,7 +108,7 @@ uint64_t guess_snapshot_bytes(const std::string& dir) {
     const std::string name = entry->d_name;
     // Hidden files are markers and temporaries (ours among them), not snapshots.
     if (name[0] == '.') continue;
-    struct stat info {};
+    struct stat info = {};
     if (fstatat(dirfd(listing), entry->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(info.st_mode)) continue;
     const bool newer = info.st_mtim.tv_sec > newest.tv_sec ||
                        (info.st_mtim.tv_sec == newest.tv_sec && info.st_mtim.tv_nsec > newest.tv_nsec);
@@ -125,26 +125,27 @@ CheckResult grade_free_space(uint64_t free_bytes, uint64_t snapshot_bytes) {
   const double snapshots = static_cast<double>(free_bytes) / static_cast<double>(snapshot_bytes);
   const Status status = grade_at_least(snapshots, 2, 1);
   const std::string detail =
-      status == Status::Ok ? ""
-                           : "room for " + format_fixed(snapshots, 1) + " snapshot(s) of " +
-                                 format_bytes(snapshot_bytes) +
-                                 ": free space, choose a bigger file system, or tell --snapshot-size the real size";
+      status == Status::Ok
+          ? ""
+          : "room for " + format_fixed(snapshots, 1) + " snapshot(s) of " + format_bytes(snapshot_bytes) +
+                ": free space, choose a bigger file system, or tell --snapshot-size the real size";
   return make_result("storage.free", status, format_bytes(free_bytes) + " free",
                      ">= 2 x " + format_bytes(snapshot_bytes), detail);
 }
 
 CheckResult check_free_space(const std::string& dir, uint64_t snapshot_bytes) {
-  struct statvfs info {};
+  struct statvfs info = {};
   if (statvfs(dir.c_str(), &info) != 0) {
-    return make_result("storage.free", Status::Fail, "unknown", "", "statvfs " + quote(dir) + ": " + std::strerror(errno));
+    return make_result("storage.free", Status::Fail, "unknown", "",
+                       "statvfs " + quote(dir) + ": " + std::strerror(errno));
   }
   return grade_free_space(static_cast<uint64_t>(info.f_bavail) * info.f_frsize, snapshot_bytes);
 }
 
 CheckResult check_storage_device(const std::string& dir, const std::string& sysfs_root) {
   const std::string check = "storage.device";
-  struct statfs fs {};
-  struct stat info {};
+  struct statfs fs = {};
+  struct stat info = {};
   if (statfs(dir.c_str(), &fs) != 0 || stat(dir.c_str(), &info) != 0) {
     return make_result(check, Status::Fail, "unknown", "", quote(dir) + ": " + std::strerror(errno));
   }

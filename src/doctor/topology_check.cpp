@@ -53,8 +53,8 @@ CheckResult check_gpu_nic_closeness(const NodeHardware& hardware) {
     across += (across.empty() ? "" : ", ") + gpu.pci_bus_id + " (nearest " + nearest.name + ")";
   }
   const std::string threshold = "nearest NIC in the GPU's package";
-  const std::string value = std::string("worst ") + to_string(worst) + " over " +
-                            std::to_string(hardware.gpus.size()) + " GPU(s)";
+  const std::string value =
+      std::string("worst ") + to_string(worst) + " over " + std::to_string(hardware.gpus.size()) + " GPU(s)";
   if (far == 0) return make_result(check, Status::Ok, value, threshold);
   return make_result(check, Status::Warn, value, threshold,
                      std::to_string(far) + " GPU(s) have no NIC on their socket: " + across +

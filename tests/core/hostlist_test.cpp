@@ -36,8 +36,8 @@ TEST(Hostlist, SizeAndIndexWithoutExpanding) {
 }
 
 TEST(Hostlist, RejectsMalformedListsNamingThem) {
-  for (const char* bad : {"", "node[1-", "node1-]", "n[[1]]", "n[]", "n[3-1]", "n[a-b]", "n[1-2", "a,,b", ",a",
-                          "a,", "n[1--2]", "n[-1]", "bad host", "n[1-2]x[", "n[1,]", "n[99999999999999-1]"}) {
+  for (const char* bad : {"", "node[1-", "node1-]", "n[[1]]", "n[]", "n[3-1]", "n[a-b]", "n[1-2", "a,,b", ",a", "a,",
+                          "n[1--2]", "n[-1]", "bad host", "n[1-2]x[", "n[1,]", "n[99999999999999-1]"}) {
     try {
       Hostlist::parse(bad);
       ADD_FAILURE() << "accepted " << bad;

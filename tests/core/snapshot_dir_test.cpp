@@ -45,11 +45,12 @@ TEST(SnapshotDirTemplate, ExpandsUserJobAndName) {
 TEST(SnapshotDirTemplate, RejectsWhatWouldEscapeOrIsUnknown) {
   EXPECT_EQ(error_of([] { expand_path_template("/fsx/%q", kVars); }),
             "snapshot directory '/fsx/%q': unknown %-sequence '%q'; use %u (user), %j (job id), %x (job name) or %%");
-  EXPECT_NE(error_of([] { expand_path_template("/fsx/%x", {"alice", "1", "../../etc"}); }).find("job name '../../etc'"),
-            std::string::npos);
+  const std::string escaping = error_of([] { expand_path_template("/fsx/%x", {"alice", "1", "../../etc"}); });
+  EXPECT_NE(escaping.find("job name '../../etc'"), std::string::npos);
   EXPECT_NE(error_of([] { expand_path_template("/fsx/%x", {"alice", "1", ".."}); }), "");
   EXPECT_NE(error_of([] { expand_path_template("/fsx/%x", {"alice", "1", ""}); }), "");
-  EXPECT_NE(error_of([] { expand_path_template("snapshots/%j", kVars); }).find("not an absolute path"), std::string::npos);
+  EXPECT_NE(error_of([] { expand_path_template("snapshots/%j", kVars); }).find("not an absolute path"),
+            std::string::npos);
   EXPECT_NE(error_of([] { expand_path_template("/fsx/%", kVars); }), "");
 }
 
@@ -57,7 +58,7 @@ TEST_F(SnapshotDirTest, CreatesMissingParentsPrivately) {
   const std::string dir = root_ + "/alice/job-1/snapshots";
   prepare_snapshot_dir(dir);
   for (const std::string& created : {root_ + "/alice", root_ + "/alice/job-1", dir}) {
-    struct stat info {};
+    struct stat info = {};
     ASSERT_EQ(stat(created.c_str(), &info), 0) << created;
     EXPECT_EQ(info.st_mode & 0777, 0700u) << created;
   }
@@ -102,9 +103,7 @@ StepPlan plan_with(const Options& options, const Config& config) {
 }
 
 EnvLookup env_with(std::optional<std::string> snapshot_dir) {
-  return [snapshot_dir](const std::string& name) {
-    return name == "DDP_SNAPSHOT_DIR" ? snapshot_dir : std::nullopt;
-  };
+  return [snapshot_dir](const std::string& name) { return name == "DDP_SNAPSHOT_DIR" ? snapshot_dir : std::nullopt; };
 }
 
 TEST(SnapshotDirPlan, OptionBeatsEnvironmentWhichBeatsAdminDefault) {

@@ -177,7 +177,8 @@ TEST(TaskEnv, VerboseLineIsOneStableLine) {
   Options options = ddp_on();
   options.port = 29500;
   const StepPlan plan = plan_step(step, options, Config{}, kEphemeral);
-  const std::string line = verbose_line(plan, {2, 0, 1}, task_env(plan, {2, 0, 1}, user_env({{"OMP_NUM_THREADS", "8"}})));
+  const std::string line =
+      verbose_line(plan, {2, 0, 1}, task_env(plan, {2, 0, 1}, user_env({{"OMP_NUM_THREADS", "8"}})));
   EXPECT_EQ(line,
             "ddp: rank 2 on node2 (port from user): RANK=2 LOCAL_RANK=0 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 NODE_RANK=1 "
             "GROUP_RANK=1 GROUP_WORLD_SIZE=2 ROLE_NAME=default ROLE_RANK=2 ROLE_WORLD_SIZE=4 MASTER_ADDR=node1 "

@@ -27,4 +27,16 @@ assert [r['status'] for r in busbw] == ['OK'] * 3 and all('2 ranks' in r['detail
 for r in busbw:
     print('figure:', r['check'], r['value'], '|', r['detail'])
 "
+
+# Without MASTER_ADDR and MASTER_PORT: rank 0's store listens on a port the kernel picks, and MPI tells the others.
+rc=0
+timeout 90 mpirun --allow-run-as-root --oversubscribe -np 2 -x DDP_SNAPSHOT_DIR="$WORK/snap" -x OMP_NUM_THREADS=1 \
+  "$DOCTOR" --quick --json --timeout 20 >"$WORK/shared.out" 2>"$WORK/shared.err" || rc=$?
+[ "$rc" -eq 0 ] || fail "mpirun without MASTER_ADDR exited $rc: $(cat "$WORK/shared.out" "$WORK/shared.err")"
+check_report "$WORK/shared.out" "
+assert report['launcher'] == 'mpi' and report['ok'] is True
+assert row('net.master_port', 0)['status'] == 'SKIP'
+assert row('net.rendezvous', 0)['status'] == 'OK', row('net.rendezvous', 0)
+assert [r['status'] for r in rows('allreduce.gloo')] == ['OK'] * 3
+"
 echo "mpirun: OK"

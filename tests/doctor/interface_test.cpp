@@ -3,8 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
-#include <string>
+#include <thread>
 
 #include "test_support.hpp"
 
@@ -12,7 +13,6 @@ namespace ddp::doctor {
 namespace {
 
 using testing::contains;
-using testing::fake_env;
 using testing::TempDir;
 using testing::write_file;
 
@@ -31,12 +31,13 @@ TEST(Interface, LoopbackIsUpWithItsAddress) {
 }
 
 TEST(Interface, RouteToALoopbackAddressGoesThroughLo) {
-  const auto route = route_to("127.0.0.1");
-  ASSERT_TRUE(route);
-  EXPECT_EQ(route->interface, "lo");
-  EXPECT_EQ(route->source_address, "127.0.0.1");
-  EXPECT_FALSE(route_to("not-an-address"));
+  const auto route = choose_interface(std::nullopt, env_with({}), "127.0.0.1");
+  EXPECT_EQ(route.name, "lo");
+  EXPECT_EQ(route.source, "route to MASTER_ADDR");
+  EXPECT_TRUE(contains(choose_interface(std::nullopt, env_with({}), "not-an-address").error,
+                       "MASTER_ADDR 'not-an-address' is not a numeric IPv4 or IPv6 address"));
   EXPECT_TRUE(is_local_address("127.0.0.1"));
+  EXPECT_FALSE(is_local_address("not-an-address"));
   EXPECT_FALSE(is_local_address("192.0.2.77"));  // TEST-NET-1: never assigned to a real host
 }
 
@@ -48,20 +49,20 @@ TEST(Interface, MissingInterfaceFailsNamingItAndWhereItCameFrom) {
 }
 
 TEST(Interface, ChoiceFollowsOptionThenGlooThenNcclThenRoute) {
-  EXPECT_EQ(choose_interface(std::string("eth7"), fake_env({{"GLOO_SOCKET_IFNAME", "lo"}}), "").name, "eth7");
-  const auto gloo = choose_interface(std::nullopt, fake_env({{"GLOO_SOCKET_IFNAME", "lo,eth0"},
-                                                             {"NCCL_SOCKET_IFNAME", "eth"}}), "");
+  EXPECT_EQ(choose_interface(std::string("eth7"), env_with({{"GLOO_SOCKET_IFNAME", "lo"}}), "").name, "eth7");
+  const auto gloo =
+      choose_interface(std::nullopt, env_with({{"GLOO_SOCKET_IFNAME", "lo,eth0"}, {"NCCL_SOCKET_IFNAME", "eth"}}), "");
   EXPECT_EQ(gloo.name, "lo");
   EXPECT_EQ(gloo.source, "GLOO_SOCKET_IFNAME");
   // NCCL's entries are prefixes ("l" matches lo), '=' asks for the exact name, '^' only excludes.
-  EXPECT_EQ(choose_interface(std::nullopt, fake_env({{"NCCL_SOCKET_IFNAME", "l"}}), "").name, "lo");
-  const auto exact = choose_interface(std::nullopt, fake_env({{"NCCL_SOCKET_IFNAME", "=l"}}), "");
+  EXPECT_EQ(choose_interface(std::nullopt, env_with({{"NCCL_SOCKET_IFNAME", "l"}}), "").name, "lo");
+  const auto exact = choose_interface(std::nullopt, env_with({{"NCCL_SOCKET_IFNAME", "=l"}}), "");
   EXPECT_EQ(exact.name, "");
   EXPECT_TRUE(contains(exact.error, "no interface on this node matches NCCL_SOCKET_IFNAME='=l'"));
-  const auto excluded = choose_interface(std::nullopt, fake_env({{"NCCL_SOCKET_IFNAME", "^docker"}}), "127.0.0.1");
+  const auto excluded = choose_interface(std::nullopt, env_with({{"NCCL_SOCKET_IFNAME", "^docker"}}), "127.0.0.1");
   EXPECT_EQ(excluded.name, "lo");
   EXPECT_EQ(excluded.source, "route to MASTER_ADDR");
-  EXPECT_TRUE(contains(choose_interface(std::nullopt, fake_env({}), "").error, "MASTER_ADDR is unknown"));
+  EXPECT_TRUE(contains(choose_interface(std::nullopt, env_with({}), "").error, "MASTER_ADDR is unknown"));
   EXPECT_EQ(check_interface(exact, {}).status, Status::Fail);
 }
 
@@ -81,25 +82,24 @@ TEST(Interface, LinkSpeedFromSysfsAgainstTheTenGigabitMinimum) {
 }
 
 // An interface of our own, down as created, removed again whatever the test's outcome: a dummy interface,
-// or where the kernel has no dummy driver, one end of a veth pair (removing it removes its peer). Its name carries
-// this process's id: test runs at once on one machine must not create and remove each other's interface.
+// or where the kernel has no dummy driver, one end of a veth pair (removing it removes its peer). Its name holds
+// this process's id: tests of other runs on the machine create theirs at the same time.
 class DummyInterface : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root to create a network interface";
-    remove_interface();  // left by a killed run whose process id this one reuses
-    created_ = ip("link add " + name_ + " type dummy 2>/dev/null") == 0 ||
-               ip("link add " + name_ + " type veth peer name " + name_ + "p 2>/dev/null") == 0;
+    ip("link del " + name_);  // left by a killed run whose process id this one reuses
+    created_ = ip("link add " + name_ + " type dummy") == 0 ||
+               ip("link add " + name_ + " type veth peer name " + name_ + "p") == 0;
     if (!created_) GTEST_SKIP() << "neither dummy nor veth interfaces can be created here";
   }
   void TearDown() override {
     if (created_) {
-      EXPECT_EQ(remove_interface(), 0);
+      EXPECT_EQ(ip("link del " + name_), 0);
     }
   }
-  static int ip(const std::string& arguments) { return std::system(("ip " + arguments).c_str()); }
-  int remove_interface() const { return ip("link del " + name_ + " 2>/dev/null"); }
-  const std::string name_ = "ddpdn" + std::to_string(getpid() % 100000);
+  static int ip(const std::string& arguments) { return std::system(("ip " + arguments + " 2>/dev/null").c_str()); }
+  const std::string name_ = "ddpdn" + std::to_string(getpid());
   bool created_ = false;
 };
 
@@ -117,13 +117,20 @@ TEST_F(DummyInterface, DownInterfaceFailsWithTheCommandThatFixesIt) {
 TEST_F(DummyInterface, UpInterfaceWithoutAnAddressFails) {
   ASSERT_EQ(ip("link set " + name_ + " up"), 0);
   // A veth has a carrier once its peer is up; a dummy has no peer and always has one.
-  ASSERT_EQ(ip("link set " + name_ + "p up 2>/dev/null || ! ip link show " + name_ + "p >/dev/null 2>&1"), 0);
-  const InterfaceInfo info = read_interface(name_);
+  ASSERT_EQ(std::system(
+                ("ip link set " + name_ + "p up 2>/dev/null || ! ip link show " + name_ + "p >/dev/null 2>&1").c_str()),
+            0);
+  // The kernel marks the carrier (IFF_RUNNING) a little after the link is set up (its link watch runs deferred).
+  InterfaceInfo info = read_interface(name_);
+  for (int i = 0; i < 100 && !info.running; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    info = read_interface(name_);
+  }
   EXPECT_TRUE(info.up);
   EXPECT_TRUE(info.addresses.empty());
   const CheckResult result = check_interface({name_, "--interface", ""}, info);
   EXPECT_EQ(result.status, Status::Fail);
-  EXPECT_TRUE(contains(result.detail, "has no IP address"));
+  EXPECT_TRUE(contains(result.detail, "has no IP address")) << result.value << " " << result.detail;
 }
 
 }  // namespace

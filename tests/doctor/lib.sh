@@ -13,9 +13,8 @@ trap cleanup_work EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# A port nothing listens on, kept for this test until its shell ends (tests/common/test_common.hpp, reserve_port).
+free_port() { "${DDP_TEST_PORT:?the test runs under ctest, which names ddp-test-port}" $$; }
 
 # start_rank NAME RANK LOCAL_RANK [VAR=VALUE...] -- [doctor options...]
 # Starts one rank in the background; its stdout, stderr and exit status land in $WORK/NAME.{out,err,rc}.

@@ -40,9 +40,9 @@ class NodeChecks : public ::testing::Test {
 
 TEST_F(NodeChecks, HealthyNodeRunsEveryCheapCheck) {
   const auto results = run_node_checks(request_);
-  EXPECT_EQ(names(results), (std::vector<std::string>{"net.master_addr", "net.interface", "net.link_speed",
-                                                      "gpu.visible", "gpu.driver_bound", "storage.dir",
-                                                      "storage.free", "storage.device"}));
+  EXPECT_EQ(names(results),
+            (std::vector<std::string>{"net.master_addr", "net.interface", "net.link_speed", "gpu.visible",
+                                      "gpu.driver_bound", "storage.dir", "storage.free", "storage.device"}));
   EXPECT_EQ(find_check(results, "net.master_addr")->value, "127.0.0.1");
   EXPECT_EQ(find_check(results, "net.interface")->value, "lo up 127.0.0.1");
   EXPECT_EQ(find_check(results, "gpu.visible")->value, "1 of 1 usable");
@@ -71,7 +71,7 @@ TEST_F(NodeChecks, EachProblemIsItsOwnFail) {
 }
 
 TEST_F(NodeChecks, InterfaceComesFromTheTasksEnvironment) {
-  request_.env = testing::fake_env({{"GLOO_SOCKET_IFNAME", "ddpnosuch1"}});
+  request_.env = env_with({{"GLOO_SOCKET_IFNAME", "ddpnosuch1"}});
   const auto results = run_node_checks(request_);
   EXPECT_TRUE(contains(find_check(results, "net.interface")->detail, "(chosen by GLOO_SOCKET_IFNAME)"));
 }

@@ -63,7 +63,7 @@ TEST(SnapshotSize, NewestVisibleFileElseOneGiB) {
   write_file(dir / "step-100.pt", std::string(3000, 'a'));
   write_file(dir / "step-200.pt", std::string(5000, 'b'));
   write_file(dir / ".ddp-doctor-write-1-2", std::string(9000, 'c'));  // a leftover of ours does not count
-  write_file(dir / ".node", "node1\n");  // nor does any other hidden marker, however new
+  write_file(dir / ".node", "node1\n");                               // nor does any other hidden marker, however new
   std::filesystem::create_directory(dir / "subdir");
   utimbuf old_time{1000, 1000};
   utime((dir / "step-100.pt").c_str(), &old_time);

@@ -22,6 +22,7 @@ series=$(printf '%d.%02d' $((16#$number >> 16 & 255)) $((16#$number >> 8 & 255))
 next=$(printf '%d.%02d' $((16#$number >> 16 & 255)) $(((16#$number >> 8 & 255) + 1)))
 grep -qF "Depends: slurm-wlm-basic-plugins (>= $series), slurm-wlm-basic-plugins (<< $next)" <<<"$info" ||
   fail "no dependency on the Slurm series $series: $(grep Depends <<<"$info")"
+grep -q ' \./usr/share/doc/slurm-ddp-plugin/copyright$' <<<"$contents" || fail "no copyright file (LICENSE)"
 dpkg-deb -e "$deb" "$WORK/control"
 [ "$(cat "$WORK/control/conffiles")" = "/etc/slurm/plugstack.conf.d/ddp.conf" ] || fail "snippet is not a conffile"
 
@@ -36,7 +37,7 @@ grep -q -- '--ddp-snapshot-dir' <<<"$help" || fail "srun does not load the packa
 # The tools package: the CLIs and ddp-restart on PATH, the templates as examples, a dependency on LibTorch.
 tools=$(ls "$WORK"/slurm-ddp-tools_*.deb)
 contents=$(dpkg-deb -c "$tools")
-expected=(usr/bin/ddp-topo usr/bin/ddp-doctor usr/bin/ddp-restart
+expected=(usr/bin/ddp-topo usr/bin/ddp-doctor usr/bin/ddp-restart usr/share/doc/slurm-ddp-tools/copyright
           usr/share/slurm-ddp/sbatch_templates/multi-node.sbatch usr/share/slurm-ddp/sbatch_templates/python-ddp.sbatch
           usr/share/slurm-ddp/sbatch_templates/parallelcluster/install-head-node.sh)
 [ -e "$BUILD/runtime/ddp-train" ] && expected+=(usr/bin/ddp-train)

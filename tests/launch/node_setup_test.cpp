@@ -217,8 +217,7 @@ TEST_F(TopologyCacheTest, ExportIsReadBackAsThisSystem) {
   ensure_topology_cache(dir_);
   const auto file = trusted_topology_cache(dir_);
   ASSERT_TRUE(file);
-  EXPECT_EQ(std::filesystem::status(*file).permissions() & std::filesystem::perms::all,
-            std::filesystem::perms(0644));
+  EXPECT_EQ(std::filesystem::status(*file).permissions() & std::filesystem::perms::all, std::filesystem::perms(0644));
   const NodeHardware probed = load_node_hardware();
   const NodeHardware cached = load_system_hardware_from(*file);
   EXPECT_TRUE(cached.this_system);

@@ -15,10 +15,10 @@
 
 #include "ddp_runtime/distributed_model.hpp"
 #include "ddp_runtime/error_message.hpp"
-#include "ddp_runtime/launch.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/process_group.hpp"
 #include "ddp_runtime/snapshot.hpp"
+#include "launch.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
@@ -32,8 +32,8 @@ constexpr double kMomentum = 0.9;
 
 torch::nn::Sequential test_model(uint64_t seed, int64_t outputs = 1) {
   at::manual_seed(seed);
-  return torch::nn::Sequential(torch::nn::Linear(8, 32), torch::nn::ReLU(), torch::nn::Linear(32, 32), torch::nn::ReLU(),
-                               torch::nn::Linear(32, outputs));
+  return torch::nn::Sequential(torch::nn::Linear(8, 32), torch::nn::ReLU(), torch::nn::Linear(32, 32),
+                               torch::nn::ReLU(), torch::nn::Linear(32, outputs));
 }
 
 struct Data {
@@ -63,7 +63,7 @@ int accumulate_setting() { return std::atoi(std::getenv("ACCUMULATE")); }
 int train_worker() {
   const int accumulate = accumulate_setting();
   const Launch launch = launch_from_environment(process_environment());
-  const BackendHint backend = launch.backend == BackendHint::Mpi ? BackendHint::Mpi : BackendHint::Gloo;
+  const Backend backend = launch.backend == Backend::Mpi ? Backend::Mpi : Backend::Gloo;
   const Distributed dist = init_distributed(launch, backend, std::chrono::seconds(60));
   // Different initial weights on every rank: the broadcast from rank 0 must make them equal.
   torch::nn::Sequential model = test_model(100 + dist.rank);
@@ -96,8 +96,8 @@ int train_worker() {
 }
 
 int mismatch_worker() {
-  const Distributed dist = init_distributed(launch_from_environment(process_environment()), BackendHint::Gloo,
-                                            std::chrono::seconds(60));
+  const Distributed dist =
+      init_distributed(launch_from_environment(process_environment()), Backend::Gloo, std::chrono::seconds(60));
   torch::nn::Sequential model = test_model(1, dist.rank == 0 ? 1 : 2);
   try {
     DistributedModel ddp(model.ptr(), dist);

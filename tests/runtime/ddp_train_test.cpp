@@ -5,8 +5,8 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <signal.h>
-#include <algorithm>
 #include <unistd.h>
+#include <algorithm>
 
 #include "test_support.hpp"
 
@@ -53,9 +53,9 @@ TEST(DdpTrain, PrintsTheSeedsLinesOnEveryRankAndSavesSnapshotsAndTheFinalModel) 
   const std::string& rank0 = results[0].output;
   for (const std::string& line : std::vector<std::string>{
            "[CPU0] Epoch 0 | Batchsize: 32 | Steps: 32\n", "[CPU0] Epoch 2 | Batchsize: 32 | Steps: 32\n",
-        "Epoch 0 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000001-s000000000032.pt\n",
-        "Epoch 2 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000003-s000000000096.pt\n",
-        "Final model saved at " + dir + "/final.pt\n", "Epoch 1 | Loss: ", "samples/s\n"}) {
+           "Epoch 0 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000001-s000000000032.pt\n",
+           "Epoch 2 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000003-s000000000096.pt\n",
+           "Final model saved at " + dir + "/final.pt\n", "Epoch 1 | Loss: ", "samples/s\n"}) {
     EXPECT_TRUE(contains(rank0, line)) << "missing '" << line << "' in\n" << rank0;
   }
   EXPECT_TRUE(contains(results[1].output, "[CPU1] Epoch 2 | Batchsize: 32 | Steps: 32\n")) << results[1].output;
@@ -66,8 +66,8 @@ TEST(DdpTrain, PrintsTheSeedsLinesOnEveryRankAndSavesSnapshotsAndTheFinalModel) 
 // A run that is killed after a snapshot, or stopped by SIGUSR2 in the middle of an epoch, and started again,
 // ends with the same final model, bit for bit, as a run that was never interrupted.
 TEST(DdpTrain, ResumeIsExactAfterAKillAndAfterSigusr2) {
-  const std::vector<std::string> args{"--workload", "mlp", "--width", "32", "--samples", "1024", "--batch-size", "16",
-                                      "--momentum", "0.9", "--lr", "0.01", "40"};
+  const std::vector<std::string> args{"--workload", "mlp", "--width", "32",   "--samples", "1024", "--batch-size", "16",
+                                      "--momentum", "0.9", "--lr",    "0.01", "40"};
   const auto with_save_every = [&](const std::string& every) {
     std::vector<std::string> all = args;
     all.push_back(every);
@@ -109,7 +109,8 @@ TEST(DdpTrain, ASurvivingRankReportsItsLostPeerAndExitsWithStatus1) {
   kill(ranks[1].pid, SIGKILL);
   EXPECT_EQ(testing::wait_for(ranks[1]), 128 + SIGKILL);
   EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(60)), 1) << testing::read_text(ranks[0].output_path);
-  EXPECT_TRUE(contains(testing::read_text(ranks[0].output_path), "ddp-train: ")) << testing::read_text(ranks[0].output_path);
+  EXPECT_TRUE(contains(testing::read_text(ranks[0].output_path), "ddp-train: "))
+      << testing::read_text(ranks[0].output_path);
 }
 
 TEST(DdpTrain, ResumesFromASnapshotWrittenByTheSeedScript) {
@@ -117,7 +118,8 @@ TEST(DdpTrain, ResumesFromASnapshotWrittenByTheSeedScript) {
   if (python.empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
   const std::string dir = testing::make_temp_dir();
   const std::string seed_snapshot = dir + "/snapshot.pt";
-  ASSERT_EQ(testing::run({python, testing::python_script("snapshot_io.py"), "write-seed", seed_snapshot, "2"}).status, 0);
+  ASSERT_EQ(testing::run({python, testing::python_script("snapshot_io.py"), "write-seed", seed_snapshot, "2"}).status,
+            0);
 
   const Result unchanged = testing::run(train_command(dir, {"--resume", seed_snapshot, "2", "1"}));
   ASSERT_EQ(unchanged.status, 0) << unchanged.output;
@@ -137,18 +139,21 @@ TEST(DdpTrain, ResumesFromASnapshotWrittenByTheSeedScript) {
 
 TEST(DdpTrain, RefusesASnapshotOfAnotherModelNamingTheFirstMismatchingTensor) {
   const std::string dir = testing::make_temp_dir();
-  ASSERT_EQ(testing::run(train_command(dir, {"--workload", "mlp", "--width", "8", "--samples", "64", "1", "1"})).status, 0);
-  const Result wider = testing::run(train_command(dir, {"--workload", "mlp", "--width", "16", "--samples", "64", "2", "1"}));
+  ASSERT_EQ(testing::run(train_command(dir, {"--workload", "mlp", "--width", "8", "--samples", "64", "1", "1"})).status,
+            0);
+  const Result wider =
+      testing::run(train_command(dir, {"--workload", "mlp", "--width", "16", "--samples", "64", "2", "1"}));
   EXPECT_EQ(wider.status, 2) << wider.output;
-  EXPECT_TRUE(contains(wider.output, "'0.weight' is [8, 20] in the snapshot but [16, 20] in the model")) << wider.output;
+  EXPECT_TRUE(contains(wider.output, "'0.weight' is [8, 20] in the snapshot but [16, 20] in the model"))
+      << wider.output;
   EXPECT_FALSE(contains(wider.output, "[CPU0] Epoch")) << wider.output;
 }
 
 TEST(DdpTrain, FailsOnEveryRankBeforeTheFirstStepWhenTheSnapshotDirIsUnwritable) {
   const std::string dir = testing::make_temp_dir();
   testing::write_bytes(dir + "/not-a-dir", "x");
-  const auto results =
-      testing::run_ranks(2, {ddp_train(), "--snapshot-dir", dir + "/not-a-dir/snaps", "--output", dir + "/f.pt", "2", "1"}, dir);
+  const auto results = testing::run_ranks(
+      2, {ddp_train(), "--snapshot-dir", dir + "/not-a-dir/snaps", "--output", dir + "/f.pt", "2", "1"}, dir);
   for (const Result& r : results) {
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_TRUE(contains(r.output, dir + "/not-a-dir")) << r.output;
@@ -158,22 +163,26 @@ TEST(DdpTrain, FailsOnEveryRankBeforeTheFirstStepWhenTheSnapshotDirIsUnwritable)
 
 TEST(DdpTrain, ReportsAnUnreachableRendezvousNamingAddressPortAndTimeout) {
   const std::string port = std::to_string(testing::free_port());
-  const Result result = testing::run({ddp_train(), "--timeout", "2", "1", "1"},
-                                     {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+  const Result result =
+      testing::run({ddp_train(), "--timeout", "2", "1", "1"},
+                   {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
   EXPECT_EQ(result.status, 1) << result.output;
-  EXPECT_TRUE(contains(result.output, "rank 1 could not reach the rendezvous store at 127.0.0.1:" + port + " within 2 s"))
+  EXPECT_TRUE(
+      contains(result.output, "rank 1 could not reach the rendezvous store at 127.0.0.1:" + port + " within 2 s"))
       << result.output;
 }
 
 TEST(DdpTrain, NamesTheInterfaceWhenGlooCannotUseIt) {
   const Result result = testing::run({ddp_train(), "1", "1"}, {{"GLOO_SOCKET_IFNAME", "nosuch0"}});
   EXPECT_EQ(result.status, 1) << result.output;
-  EXPECT_TRUE(contains(result.output, "rank 0 could not connect Gloo to its peers (GLOO_SOCKET_IFNAME=nosuch0")) << result.output;
+  EXPECT_TRUE(contains(result.output, "rank 0 could not connect Gloo to its peers (GLOO_SOCKET_IFNAME=nosuch0"))
+      << result.output;
 }
 
 TEST(DdpTrain, RefusesBadInputWithOneLineAndExitStatus2) {
   const std::string dir = testing::make_temp_dir();
-  const auto expect_refused = [&](const std::vector<std::string>& args, const testing::Env& env, const std::string& part) {
+  const auto expect_refused = [&](const std::vector<std::string>& args, const testing::Env& env,
+                                  const std::string& part) {
     const Result result = testing::run(train_command(dir, args), env);
     EXPECT_EQ(result.status, 2) << result.output;
     EXPECT_TRUE(contains(result.output, part)) << result.output;
@@ -183,14 +192,15 @@ TEST(DdpTrain, RefusesBadInputWithOneLineAndExitStatus2) {
   expect_refused({"5"}, {}, "usage: ddp-train [options] total_epochs save_every");
 #ifdef DDP_WITH_MPI
   // Started without mpirun, each rank is a lone MPI process: MPI and the environment disagree.
-  expect_refused({"5", "1"}, {{"DDP_BACKEND", "mpi"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                              {"MASTER_PORT", "1"}},
-                 "MPI started this process as rank 0 of 1 but the launcher's environment says rank 1 of 2");
+  expect_refused(
+      {"5", "1"},
+      {{"DDP_BACKEND", "mpi"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}},
+      "MPI started this process as rank 0 of 1 but the launcher's environment says rank 1 of 2");
 #else
   expect_refused({"5", "1"}, {{"DDP_BACKEND", "mpi"}}, "the MPI process group is not built");
 #endif
   expect_refused({"--backend", "nccl", "5", "1"}, {}, "NCCL backend is not built");
-  expect_refused({"5", "1"}, {{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK=2 is not below WORLD_SIZE=2");
+  expect_refused({"5", "1"}, {{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK '2' is not below WORLD_SIZE 2");
   expect_refused({"--workload", "fashion-mnist", "--data", dir, "5", "1"}, {}, "has no train-images-idx3-ubyte");
 }
 
@@ -239,8 +249,9 @@ void expect_close_models(const std::string& a, const std::string& b) {
 }
 
 // Several small buckets, so that all-reduce overlaps backward as it does in large models.
-const std::vector<std::string> kMlpArgs{"--workload", "mlp", "--width", "64", "--samples", "512", "--batch-size", "16",
-                                        "--momentum", "0.9", "--lr", "0.01", "--bucket-cap-mb", "0.01"};
+const std::vector<std::string> kMlpArgs{"--workload",      "mlp", "--width",    "64",  "--samples", "512",
+                                        "--batch-size",    "16",  "--momentum", "0.9", "--lr",      "0.01",
+                                        "--bucket-cap-mb", "0.01"};
 
 std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
   args.insert(args.end(), more.begin(), more.end());
@@ -254,8 +265,8 @@ TEST(DdpTrainMpi, EndsWithTheSameModelAsGloo) {
     ASSERT_EQ(r.status, 0) << r.output;
   }
   const std::string mpi = testing::make_temp_dir();
-  const Result result =
-      testing::run(testing::mpirun_command(2, train_command(mpi, with(kMlpArgs, {"3", "0"}))), {{"DDP_BACKEND", "mpi"}});
+  const Result result = testing::run(testing::mpirun_command(2, train_command(mpi, with(kMlpArgs, {"3", "0"}))),
+                                     {{"DDP_BACKEND", "mpi"}});
   ASSERT_EQ(result.status, 0) << result.output;
   EXPECT_TRUE(contains(result.output, "[CPU1] Epoch 2 | Batchsize: 16 | Steps: 16\n")) << result.output;
   expect_close_models(gloo + "/final.pt", mpi + "/final.pt");
@@ -263,9 +274,11 @@ TEST(DdpTrainMpi, EndsWithTheSameModelAsGloo) {
 
 // A long MPI run under mpirun, up to its first epoch line; `dir`/mpirun.log has the job's output.
 testing::Process start_long_mpi_run(const std::string& dir, const std::vector<std::string>& args) {
-  const auto argv = testing::mpirun_command(2, train_command(dir, with(with({"--backend", "mpi"}, args), {"100000", "0"})));
+  const auto argv =
+      testing::mpirun_command(2, train_command(dir, with(with({"--backend", "mpi"}, args), {"100000", "0"})));
   const testing::Process mpirun = testing::spawn(argv, {}, dir + "/mpirun.log");
-  EXPECT_TRUE(testing::wait_for_text(mpirun.output_path, "Epoch 1 | Loss", mpirun)) << testing::read_text(mpirun.output_path);
+  EXPECT_TRUE(testing::wait_for_text(mpirun.output_path, "Epoch 1 | Loss", mpirun))
+      << testing::read_text(mpirun.output_path);
   return mpirun;
 }
 
@@ -295,8 +308,9 @@ TEST(DdpTrainMpi, AStoppedRankEndsTheJobAfterTheTimeout) {
   const std::string output = testing::read_text(mpirun.output_path);
   ASSERT_NE(status, -1) << "the job hung after one rank stopped:\n" << output;
   EXPECT_EQ(status, 1) << output;
-  EXPECT_TRUE(contains(output, "has not completed within 2 s (--timeout): another rank has failed, stopped or not "
-                               "made the same call; aborting the job"))
+  EXPECT_TRUE(contains(output,
+                       "has not completed within 2 s (--timeout): another rank has failed, stopped or not "
+                       "made the same call; aborting the job"))
       << output;
 }
 
@@ -305,8 +319,8 @@ TEST(DdpTrainMpi, AFailingRankAbortsTheJobWithItsExitStatus) {
   if (const std::string why = testing::mpi_missing(); !why.empty()) GTEST_SKIP() << why;
   const std::string dir = testing::make_temp_dir();
   testing::write_bytes(dir + "/not-a-dir", "x");
-  const auto argv = testing::mpirun_command(
-      2, {ddp_train(), "--backend", "mpi", "--snapshot-dir", dir + "/not-a-dir/snaps", "--output", dir + "/f.pt", "2", "1"});
+  const auto argv = testing::mpirun_command(2, {ddp_train(), "--backend", "mpi", "--snapshot-dir",
+                                                dir + "/not-a-dir/snaps", "--output", dir + "/f.pt", "2", "1"});
   const testing::Process mpirun = testing::spawn(argv, {}, dir + "/mpirun.log");
   const int status = testing::wait_at_most(mpirun, std::chrono::seconds(60));
   const std::string output = testing::read_text(mpirun.output_path);

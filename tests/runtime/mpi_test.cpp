@@ -8,9 +8,9 @@
 #include <iostream>
 
 #include "ddp_runtime/error_message.hpp"
-#include "ddp_runtime/launch.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/process_group.hpp"
+#include "launch.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
@@ -79,9 +79,9 @@ void compare_allreduce(Checker& check, const Distributed& mpi, const Distributed
     for (const RedOp op : ops) {
       for (const int64_t numel : kSizes) {
         const at::Tensor got = run_allreduce(mpi.group, input(type, numel, mpi.rank), op);
-        check.expect_equal(got, reference_allreduce(gloo, type, numel, op),
-                           "all-reduce op " + std::to_string(int(op)) + " of " + std::to_string(numel) + " " +
-                               c10::toString(type));
+        check.expect_equal(
+            got, reference_allreduce(gloo, type, numel, op),
+            "all-reduce op " + std::to_string(int(op)) + " of " + std::to_string(numel) + " " + c10::toString(type));
       }
     }
   }
@@ -159,8 +159,8 @@ void try_bad_calls(const Distributed& mpi) {
 
 int mpi_collectives_worker() {
   const Launch launch = launch_from_environment(process_environment());
-  const Distributed gloo = init_distributed(launch, BackendHint::Gloo, std::chrono::seconds(60));
-  const Distributed mpi = init_distributed(launch, BackendHint::Mpi, std::chrono::seconds(60));
+  const Distributed gloo = init_distributed(launch, Backend::Gloo, std::chrono::seconds(60));
+  const Distributed mpi = init_distributed(launch, Backend::Mpi, std::chrono::seconds(60));
   Checker check{mpi.rank};
   compare_allreduce(check, mpi, gloo);
   compare_broadcast_and_allgather(check, mpi, gloo);
@@ -173,7 +173,7 @@ int mpi_collectives_worker() {
 
 int mpi_refusals_worker() {
   const Distributed mpi =
-      init_distributed(launch_from_environment(process_environment()), BackendHint::Mpi, std::chrono::seconds(60));
+      init_distributed(launch_from_environment(process_environment()), Backend::Mpi, std::chrono::seconds(60));
   try_bad_calls(mpi);
   finalize_mpi();
   return 0;
@@ -204,17 +204,17 @@ TEST(MpiProcessGroup, RefusesGpuTensorsAndCallsItCannotServeNamingTheFix) {
   const testing::Result result = run_mpi_worker(1, "mpi-refusals");
   ASSERT_EQ(result.status, 0) << result.output;
   EXPECT_FALSE(contains(result.output, "ACCEPTED")) << result.output;
-  for (const std::string line : {
-           "refused device: MPI all-reduce takes CPU tensors, got one on meta; GPU training uses NCCL "
-           "(DDP_BACKEND=nccl or auto), or copy the tensor to the CPU first\n",
-           "refused complex: MPI all-reduce cannot reduce ComplexFloat tensors; use float, double, half, bfloat16 or "
-           "an integer type\n",
-           "refused int average: MPI all-reduce with AVG on Int tensors would round; reduce with SUM and divide\n",
-           "refused float bitwise: MPI all-reduce with BAND on Float tensors is undefined; bitwise ops take integer "
-           "tensors\n",
-           "refused strided: MPI all-reduce takes dense contiguous tensors; call .contiguous() first\n",
-           "refused two tensors: MPI all-reduce takes one tensor per call (one device per process), got 2; call it "
-           "once per tensor\n"}) {
+  for (const std::string line :
+       {"refused device: MPI all-reduce takes CPU tensors, got one on meta; GPU training uses NCCL "
+        "(DDP_BACKEND=nccl or auto), or copy the tensor to the CPU first\n",
+        "refused complex: MPI all-reduce cannot reduce ComplexFloat tensors; use float, double, half, bfloat16 or "
+        "an integer type\n",
+        "refused int average: MPI all-reduce with AVG on Int tensors would round; reduce with SUM and divide\n",
+        "refused float bitwise: MPI all-reduce with BAND on Float tensors is undefined; bitwise ops take integer "
+        "tensors\n",
+        "refused strided: MPI all-reduce takes dense contiguous tensors; call .contiguous() first\n",
+        "refused two tensors: MPI all-reduce takes one tensor per call (one device per process), got 2; call it "
+        "once per tensor\n"}) {
     EXPECT_TRUE(contains(result.output, line)) << "missing '" << line << "' in\n" << result.output;
   }
 }

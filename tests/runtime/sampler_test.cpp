@@ -35,9 +35,9 @@ struct Case {
 };
 
 const std::vector<Case> kCases = {
-    {2048, 2, 0, 0, 0, true, false},  {2048, 2, 1, 0, 0, true, false},  {2048, 2, 1, 0, 7, true, false},
-    {2048, 4, 3, 42, 3, true, false}, {1000, 3, 2, 5, 1, true, false},  {1000, 3, 2, 5, 1, true, true},
-    {10, 4, 3, 0, 2, true, false},    {3, 8, 7, 1, 0, true, false},     {1001, 7, 4, 9, 11, false, false},
+    {2048, 2, 0, 0, 0, true, false},  {2048, 2, 1, 0, 0, true, false},    {2048, 2, 1, 0, 7, true, false},
+    {2048, 4, 3, 42, 3, true, false}, {1000, 3, 2, 5, 1, true, false},    {1000, 3, 2, 5, 1, true, true},
+    {10, 4, 3, 0, 2, true, false},    {3, 8, 7, 1, 0, true, false},       {1001, 7, 4, 9, 11, false, false},
     {1001, 7, 6, 9, 11, false, true}, {60000, 8, 5, 123, 4, true, false},
 };
 

@@ -87,8 +87,7 @@ TEST(Snapshot, WritesInTheBackgroundFromStagedCopiesAndKeepsTheLastK) {
   EXPECT_EQ(store.async_saves(), 4);
   ASSERT_EQ(saved_paths.size(), 4u);
   EXPECT_EQ(saved_paths.back(), store.dir() + "/snapshot-e000003-s000000000004.pt");
-  EXPECT_EQ(snapshot_paths_newest_first(store.dir()),
-            (std::vector<std::string>{saved_paths[3], saved_paths[2]}));
+  EXPECT_EQ(snapshot_paths_newest_first(store.dir()), (std::vector<std::string>{saved_paths[3], saved_paths[2]}));
   EXPECT_TRUE(at::equal(read_snapshot(saved_paths[3]).model_state[0].second, at::full({4, 5}, 4.0f)));
   EXPECT_TRUE(at::equal(read_snapshot(saved_paths[2]).model_state[0].second, at::full({4, 5}, 3.0f)));
 }
@@ -145,7 +144,8 @@ TEST(Snapshot, ReadsTheDictTheSeedScriptSaves) {
   const std::string python = testing::torch_python();
   if (python.empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
   const std::string path = testing::make_temp_dir() + "/snapshot.pt";
-  const testing::Result result = testing::run({python, testing::python_script("snapshot_io.py"), "write-seed", path, "4"});
+  const testing::Result result =
+      testing::run({python, testing::python_script("snapshot_io.py"), "write-seed", path, "4"});
   ASSERT_EQ(result.status, 0) << result.output;
   const SnapshotContent content = read_snapshot(path);
   EXPECT_TRUE(content.from_seed_script);

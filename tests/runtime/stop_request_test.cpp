@@ -15,7 +15,7 @@ TEST(SignalHandlers, Sigusr2RequestsAStopAndSigpipeIsIgnored) {
   ASSERT_EQ(raise(SIGUSR2), 0);
   EXPECT_TRUE(stop_requested());
   ASSERT_EQ(raise(SIGPIPE), 0);  // without the handler, this ends the test binary
-  struct sigaction current {};
+  struct sigaction current = {};
   ASSERT_EQ(sigaction(SIGPIPE, nullptr, &current), 0);
   EXPECT_EQ(current.sa_handler, SIG_IGN);
 }

@@ -1,9 +1,8 @@
 #include "test_support.hpp"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +14,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "test_common.hpp"
 
 extern char** environ;
 
@@ -158,22 +159,15 @@ bool wait_for_text(const std::string& path, const std::string& text, const Proce
   return true;
 }
 
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
+int free_port() { return ddp::testing::reserve_port(); }
 
 std::string make_temp_dir() {
-  std::string pattern = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : "/tmp") + "/runtime-test.XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return pattern;
+  // Every directory a test asks for lies in one that goes with this process.
+  static const ddp::testing::TempDir root;
+  static int made = 0;
+  const std::string dir = root / std::to_string(++made);
+  if (mkdir(dir.c_str(), 0700) != 0) throw std::runtime_error("cannot create " + dir);
+  return dir;
 }
 
 std::string read_text(const std::string& path) {
@@ -183,9 +177,7 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 std::string mpi_missing() {
 #ifndef DDP_WITH_MPI

@@ -40,8 +40,8 @@ std::vector<Result> run_ranks(int ranks, const std::vector<std::string>& argv, c
 // Waits until the file contains `text` or the process has ended; true when the text was seen.
 bool wait_for_text(const std::string& path, const std::string& text, const Process& process);
 
-int free_port();
-std::string make_temp_dir();
+int free_port();              // ddp::testing::reserve_port()
+std::string make_temp_dir();  // removed with everything in it when this process ends
 std::string read_text(const std::string& path);
 void write_bytes(const std::string& path, const std::string& bytes);
 

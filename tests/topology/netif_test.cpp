@@ -128,8 +128,8 @@ TEST(Network, RoutesTheLoopbackAddressThroughLo) {
 TEST(Network, RoutesIpv6LoopbackThroughLo) {
   const auto interfaces = list_interfaces();
   const bool has_ipv6_loopback = std::any_of(interfaces.begin(), interfaces.end(), [](const Interface& i) {
-    return i.loopback && std::any_of(i.addresses.begin(), i.addresses.end(),
-                                     [](const IpAddress& a) { return a.family == AF_INET6; });
+    return i.loopback &&
+           std::any_of(i.addresses.begin(), i.addresses.end(), [](const IpAddress& a) { return a.family == AF_INET6; });
   });
   if (!has_ipv6_loopback) GTEST_SKIP() << "IPv6 is off on this machine";
   EXPECT_EQ(read_network("::1").route, "lo");

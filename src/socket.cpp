@@ -1,4 +1,4 @@
-#include "doctor/socket.hpp"
+#include "socket.hpp"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <memory>
 
-namespace ddp::doctor {
+namespace ddp {
 namespace {
 
 [[noreturn]] void fail_errno(const std::string& what) { throw NetError(what + ": " + std::strerror(errno)); }
@@ -24,21 +24,19 @@ int open_nonblocking(int family) {
   return fd;
 }
 
-using AddrList = std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>;
+}  // namespace
 
-AddrList resolve(const std::string& host, uint16_t port, int flags) {
+AddressList resolve(const std::string& host, uint16_t port, int socket_type, int flags) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_socktype = socket_type;
   hints.ai_flags = flags;
   addrinfo* found = nullptr;
   const std::string service = std::to_string(port);
   const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
-  if (rc != 0) throw NetError(std::string("cannot resolve ") + host + ": " + gai_strerror(rc));
-  return AddrList(found, freeaddrinfo);
+  if (rc != 0 || found == nullptr) throw NetError(gai_strerror(rc));
+  return AddressList(found, freeaddrinfo);
 }
-
-}  // namespace
 
 int Deadline::poll_ms() const {
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(at_ - Clock::now()).count();
@@ -75,7 +73,12 @@ void Socket::wait_for(short events, Deadline deadline, const char* what) const {
 }
 
 Socket Socket::connect_to(const std::string& host, uint16_t port, Deadline deadline) {
-  const AddrList addresses = resolve(host, port, 0);
+  AddressList addresses(nullptr, freeaddrinfo);
+  try {
+    addresses = resolve(host, port, SOCK_STREAM, 0);
+  } catch (const NetError& e) {
+    throw NetError("cannot resolve " + host + ": " + e.what());
+  }
   std::string last_reason = "no address";
   for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
     Socket socket(open_nonblocking(a->ai_family));
@@ -106,7 +109,8 @@ Socket Socket::connect_to(const std::string& host, uint16_t port, Deadline deadl
 }
 
 Socket Socket::listen_on(const std::string& address, uint16_t port) {
-  const AddrList addresses = resolve(address, port, AI_PASSIVE | (address.empty() ? 0 : AI_NUMERICHOST));
+  const AddressList addresses =
+      resolve(address, port, SOCK_STREAM, AI_PASSIVE | (address.empty() ? 0 : AI_NUMERICHOST));
   // For "every address" prefer the IPv6 wildcard with IPv4 mapped in: one socket serves both families.
   const addrinfo* chosen = addresses.get();
   for (const addrinfo* a = addresses.get(); address.empty() && a != nullptr; a = a->ai_next) {
@@ -199,4 +203,4 @@ std::string host_port(const std::string& host, uint16_t port) {
   return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-}  // namespace ddp::doctor
+}  // namespace ddp

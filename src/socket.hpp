@@ -1,12 +1,16 @@
 #pragma once
-// TCP with a deadline on every call: no doctor rank ever waits for a peer longer than it was told to.
+// Sockets with a deadline on every call, so that nothing waits for a peer longer than it was told to, and the
+// one wrapper of getaddrinfo.
+#include <netdb.h>
+
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
-namespace ddp::doctor {
+namespace ddp {
 
 class Deadline {
  public:
@@ -27,6 +31,11 @@ class NetError : public std::runtime_error {
  public:
   explicit NetError(const std::string& reason) : std::runtime_error(reason) {}
 };
+
+// getaddrinfo(`host`, `port`) of SOCK_STREAM or SOCK_DGRAM addresses; `host` empty: the wildcard addresses
+// (with AI_PASSIVE). Throws NetError with gai_strerror's reason.
+using AddressList = std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>;
+AddressList resolve(const std::string& host, uint16_t port, int socket_type, int flags);
 
 class Socket {
  public:
@@ -53,6 +62,7 @@ class Socket {
   void set_no_delay() const;
   uint16_t local_port() const;
   bool valid() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
   int release();
 
  private:
@@ -63,4 +73,4 @@ class Socket {
 // A numeric address and port for messages: "10.0.0.1:29500", "[fe80::1]:29500".
 std::string host_port(const std::string& host, uint16_t port);
 
-}  // namespace ddp::doctor
+}  // namespace ddp

@@ -1,0 +1,111 @@
+#include "launch.hpp"
+
+#include "error.hpp"
+#include "parse.hpp"
+
+namespace ddp {
+namespace {
+
+constexpr uint64_t kMaxRanks = 1u << 24;
+
+int whole_number(const EnvLookup& env, const std::string& name, const std::string& fix) {
+  const auto text = env(name);
+  if (!text) throw Error(name + " is not set; " + fix);
+  const auto value = parse_uint(*text, kMaxRanks);
+  if (!value) throw Error(name + " " + quote(*text) + " is not a whole number; " + fix);
+  return static_cast<int>(*value);
+}
+
+std::optional<int> optional_number(const EnvLookup& env, const std::string& name, const std::string& fix) {
+  if (!env(name)) return std::nullopt;
+  return whole_number(env, name, fix);
+}
+
+void read_master(Launch& launch, const EnvLookup& env, bool required) {
+  launch.master_addr = env("MASTER_ADDR").value_or("");
+  const auto port = env("MASTER_PORT");
+  if (required && (launch.master_addr.empty() || !port)) {
+    throw Error(
+        "RANK and WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not; export both (srun --ddp and "
+        "torchrun do), or unset RANK to run a single process");
+  }
+  if (port) launch.master_port = static_cast<uint16_t>(require_uint(*port, 1, 65535, "MASTER_PORT"));
+}
+
+// The variables one launcher names its ranks with, and what to say when one is wrong.
+struct RankVariables {
+  LaunchSource source;
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;
+  const char* local_world_size;
+  const char* fix;
+};
+
+constexpr RankVariables kTorchrun{
+    LaunchSource::Torchrun, "RANK",
+    "WORLD_SIZE",           "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",     "the launcher (srun --ddp, torchrun) sets it; unset RANK to run a single process"};
+constexpr RankVariables kOpenMpi{
+    LaunchSource::OpenMpi,        "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",       "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE", "mpirun sets it; do not export OMPI_COMM_WORLD_* by hand"};
+
+void read_ranks(Launch& launch, const EnvLookup& env, const RankVariables& names) {
+  launch.source = names.source;
+  launch.rank = whole_number(env, names.rank, names.fix);
+  launch.world_size = whole_number(env, names.world_size, names.fix);
+  launch.local_rank = optional_number(env, names.local_rank, names.fix).value_or(0);
+  launch.local_world_size = optional_number(env, names.local_world_size, names.fix).value_or(launch.local_rank + 1);
+  const std::string size_var = names.world_size;
+  if (launch.world_size < 1) throw Error(size_var + " '0': a run needs at least one process");
+  if (launch.rank >= launch.world_size) {
+    throw Error(std::string(names.rank) + " '" + std::to_string(launch.rank) + "' is not below " + size_var + " " +
+                std::to_string(launch.world_size) + "; ranks count from 0 to " + size_var + "-1");
+  }
+  if (launch.local_rank >= launch.local_world_size) {
+    throw Error("local rank " + std::to_string(launch.local_rank) + " is not below the local world size " +
+                std::to_string(launch.local_world_size) + "; check the launcher's " + names.local_rank + " and " +
+                names.local_world_size);
+  }
+}
+
+void refuse_bare_srun(const EnvLookup& env) {
+  const auto tasks = env("SLURM_STEP_NUM_TASKS");
+  if (tasks && *tasks != "1" && env("SLURM_PROCID")) {
+    throw Error("SLURM_STEP_NUM_TASKS=" + quote(*tasks) +
+                " but RANK is not set: launch with srun --ddp (or export "
+                "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
+  }
+}
+
+// OpenMP takes a list such as "4,2", one count per nesting level; the outer one is the one that matters here.
+std::optional<int> outer_thread_count(const std::string& text) {
+  const auto threads = parse_uint(text.substr(0, text.find(',')), 1u << 20);
+  if (!threads || *threads == 0) return std::nullopt;
+  return static_cast<int>(*threads);
+}
+
+}  // namespace
+
+Launch launch_from_environment(const EnvLookup& env) {
+  Launch launch;
+  if (env("RANK") || env("WORLD_SIZE")) {
+    read_ranks(launch, env, kTorchrun);
+    launch.run_id = env("TORCHELASTIC_RUN_ID").value_or("");
+    read_master(launch, env, launch.world_size > 1);
+  } else if (env("OMPI_COMM_WORLD_SIZE")) {
+    read_ranks(launch, env, kOpenMpi);
+    read_master(launch, env, false);
+  } else {
+    refuse_bare_srun(env);
+  }
+  if (const auto backend = env("DDP_BACKEND")) launch.backend = parse_backend(*backend, "DDP_BACKEND");
+  launch.restart_count =
+      optional_number(env, "TORCHELASTIC_RESTART_COUNT", "the restart loop (ddp-restart) sets it").value_or(0);
+  launch.socket_ifnames = split(env("GLOO_SOCKET_IFNAME").value_or(""), ',');
+  launch.omp_num_threads = outer_thread_count(env("OMP_NUM_THREADS").value_or(""));
+  return launch;
+}
+
+}  // namespace ddp

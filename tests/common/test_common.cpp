@@ -1,0 +1,99 @@
+#include "test_common.hpp"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "ports.hpp"
+#include "socket.hpp"
+
+namespace ddp::testing {
+namespace {
+
+constexpr const char* kLockDir = "/tmp/ddp-test-ports";
+constexpr uint16_t kCandidates = 2000;  // the ports just below the ephemeral range
+
+bool bindable(uint16_t port) {
+  try {
+    // Every address, as the doctor's store and c10d's TCPStore listen; SO_REUSEADDR as they set it.
+    const Socket probe = Socket::listen_on("", port);
+    return true;
+  } catch (const NetError&) {
+    return false;
+  }
+}
+
+// The lock of `port` for this process (its descriptor stays open until exit), or -1 when another holds it.
+int lock_port(uint16_t port) {
+  mkdir(kLockDir, 01777);
+  const std::string path = std::string(kLockDir) + "/" + std::to_string(port);
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return -1;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Keeps `fd` locked in a child of its own until `holder` has ended.
+void hold_for(int fd, int holder) {
+  const pid_t child = fork();
+  if (child != 0) {
+    close(fd);
+    return;
+  }
+  // Nothing of the caller's stays open here: a shell reading the port must see its output end.
+  for (int i = 0; i < 1024; ++i) {
+    if (i != fd) close(i);
+  }
+  while (kill(holder, 0) == 0 || errno == EPERM) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  _exit(0);
+}
+
+}  // namespace
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/ddp-test.XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp " + pattern + ": " + std::strerror(errno));
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+uint16_t reserve_port(int holder) {
+  const PortRange ephemeral = read_ephemeral_range();
+  const uint16_t last = static_cast<uint16_t>(ephemeral.first - 1);
+  const uint16_t first = static_cast<uint16_t>(last > 1024 + kCandidates ? last - kCandidates + 1 : 1025);
+  std::mt19937 random(std::random_device{}());
+  for (int attempt = 0; attempt < 4 * kCandidates; ++attempt) {
+    const auto port = static_cast<uint16_t>(first + random() % (last - first + 1));
+    const int fd = lock_port(port);
+    if (fd < 0) continue;
+    if (!bindable(port)) {
+      close(fd);  // a service of this machine has it
+      continue;
+    }
+    if (holder != 0) hold_for(fd, holder);
+    return port;
+  }
+  throw std::runtime_error("no free TCP port in " + std::to_string(first) + "-" + std::to_string(last));
+}
+
+}  // namespace ddp::testing

@@ -1,0 +1,31 @@
+#pragma once
+// Helpers every test binary shares: a temporary directory removed with its contents, and TCP ports handed out
+// without a race. Plain C++; no GoogleTest, so that helper programs can use them too.
+#include <cstdint>
+#include <string>
+
+namespace ddp::testing {
+
+// A fresh directory under $TMPDIR (else /tmp), removed with everything in it when the object goes away.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& relative) const { return path_ + "/" + relative; }
+
+ private:
+  std::string path_;
+};
+
+// A TCP port that nothing listens on, for a process that a test starts to listen on later. A port from bind(0)
+// is in the kernel's ephemeral range, where any connect() or bind(0) of any process may take it before the test
+// uses it; this one comes from the ports just below that range, which the kernel never hands out by itself, and
+// is locked (a lock file under /tmp/ddp-test-ports) for as long as `holder` lives, so that tests running at once
+// never share one. `holder` 0: this process, which keeps the lock until it exits. Throws std::runtime_error when
+// no port is free.
+uint16_t reserve_port(int holder = 0);
+
+}  // namespace ddp::testing
