@@ -22,10 +22,9 @@ void restrict_to_step_cores(NodeSetup& node, const std::string& step_cores) {
   }
 }
 
-NodeHardware load_hardware(const StepPlan& plan, const std::optional<std::string>& hwloc_xmlfile) {
-  std::optional<std::string> xml = hwloc_xmlfile;
-  if (!plan.topology_xml.empty()) xml = plan.topology_xml;
-  if (xml || plan.topology_cache.empty()) return load_node_hardware(xml);
+NodeHardware load_hardware(const StepPlan& plan) {
+  if (!plan.topology_xml.empty()) return load_node_hardware(plan.topology_xml);
+  if (plan.topology_cache.empty()) return load_node_hardware(std::nullopt);
   if (const auto cached = trusted_topology_cache(plan.topology_cache)) {
     try {
       return load_system_hardware_from(*cached);
@@ -71,13 +70,12 @@ std::string join_results(const std::vector<doctor::CheckResult>& results, doctor
 
 }  // namespace
 
-NodeSetup setup_node(const StepPlan& plan, const std::string& master_ip, const std::string& step_cores,
-                     const std::optional<std::string>& hwloc_xmlfile) {
+NodeSetup setup_node(const StepPlan& plan, const std::string& master_ip, const std::string& step_cores) {
   NodeSetup node;
   node.network = read_network(master_ip);
   if (plan.bind == BindMode::None) return node;
   try {
-    node.hardware = load_hardware(plan, hwloc_xmlfile);
+    node.hardware = load_hardware(plan);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + "; run the step with --ddp-bind=none to skip topology binding");
   }

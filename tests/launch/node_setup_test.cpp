@@ -142,7 +142,7 @@ TEST(NodeSetup, NicOverrideIsCheckedAndNamed) {
 TEST(NodeSetup, PerNodeSetupReadsTheRouteTheTopologyAndTheStepsCores) {
   StepPlan plan = step_plan(2);
   plan.topology_xml = kP4d;
-  const NodeSetup node = setup_node(plan, "127.0.0.1", "0-1,24", std::nullopt);
+  const NodeSetup node = setup_node(plan, "127.0.0.1", "0-1,24");
   EXPECT_EQ(node.network.route, "lo");
   ASSERT_TRUE(node.hardware);
   EXPECT_EQ(node.hardware->source, kP4d);
@@ -150,15 +150,15 @@ TEST(NodeSetup, PerNodeSetupReadsTheRouteTheTopologyAndTheStepsCores) {
   EXPECT_EQ(node.allowed_cpus, (std::vector<unsigned>{0, 1, 24, 48, 49, 72}));
   EXPECT_TRUE(node.allowed_cpus_note.empty());
 
-  const NodeSetup unknown = setup_node(plan, "127.0.0.1", "0-500", std::nullopt);
+  const NodeSetup unknown = setup_node(plan, "127.0.0.1", "0-500");
   EXPECT_FALSE(unknown.allowed_cpus);
   EXPECT_FALSE(unknown.allowed_cpus_note.empty());
-  EXPECT_FALSE(setup_node(step_plan(1, BindMode::None), "127.0.0.1", "0", std::nullopt).hardware);
+  EXPECT_FALSE(setup_node(step_plan(1, BindMode::None), "127.0.0.1", "0").hardware);
 }
 
 TEST(NodeSetup, RunningSystemBindsCpusItMayUse) {
   const StepPlan plan = step_plan(1);
-  const NodeSetup node = setup_node(plan, "127.0.0.1", "", std::nullopt);
+  const NodeSetup node = setup_node(plan, "127.0.0.1", "");
   ASSERT_TRUE(node.hardware);
   EXPECT_TRUE(node.hardware->this_system);
   TaskEnv env(user_env({}));
@@ -227,7 +227,7 @@ TEST_F(TopologyCacheTest, ExportIsReadBackAsThisSystem) {
 
   StepPlan plan = step_plan(1);
   plan.topology_cache = dir_;
-  const NodeSetup node = setup_node(plan, "127.0.0.1", "", std::nullopt);
+  const NodeSetup node = setup_node(plan, "127.0.0.1", "");
   EXPECT_EQ(node.hardware->source, "this system (" + *file + ")");
   EXPECT_TRUE(node.hardware->this_system);
 }
