@@ -219,6 +219,7 @@ void stage(SnapshotContent& staged, const SnapshotContent& live) {
   staged.lr = live.lr;
   staged.momentum = live.momentum;
   staged.progress = live.progress;
+  staged.run_id = live.run_id;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <signal.h>
 #include <algorithm>
+#include <filesystem>
 #include <unistd.h>
 
 #include "test_support.hpp"
@@ -53,8 +54,8 @@ TEST(DdpTrain, PrintsTheSeedsLinesOnEveryRankAndSavesSnapshotsAndTheFinalModel) 
   const std::string& rank0 = results[0].output;
   for (const std::string& line : std::vector<std::string>{
            "[CPU0] Epoch 0 | Batchsize: 32 | Steps: 32\n", "[CPU0] Epoch 2 | Batchsize: 32 | Steps: 32\n",
-        "Epoch 0 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000001-s000000000032.pt\n",
-        "Epoch 2 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000003-s000000000096.pt\n",
+        "Epoch 0 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000001-s000000000032-rdefault.pt\n",
+        "Epoch 2 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000003-s000000000096-rdefault.pt\n",
         "Final model saved at " + dir + "/final.pt\n", "Epoch 1 | Loss: ", "samples/s\n"}) {
     EXPECT_TRUE(contains(rank0, line)) << "missing '" << line << "' in\n" << rank0;
   }
@@ -142,6 +143,32 @@ TEST(DdpTrain, RefusesASnapshotOfAnotherModelNamingTheFirstMismatchingTensor) {
   EXPECT_EQ(wider.status, 2) << wider.output;
   EXPECT_TRUE(contains(wider.output, "'0.weight' is [8, 20] in the snapshot but [16, 20] in the model")) << wider.output;
   EXPECT_FALSE(contains(wider.output, "[CPU0] Epoch")) << wider.output;
+}
+
+// Issue 12 item 3, as users meet it: two runs in one directory and a junk file with a higher step number.
+TEST(DdpTrain, RunsSharingADirectoryKeepTheirOwnSnapshotsAndJunkIsSetAside) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string snapshots = dir + "/snapshots";
+  const auto train = [&](const std::string& run, const std::string& epochs) {
+    return testing::run(train_command(dir, {"--workload", "mlp", "--width", "8", "--samples", "64", "--keep", "1",
+                                            "--run-id", run, epochs, "1"}));
+  };
+  ASSERT_EQ(train("a", "2").status, 0);
+  const Result b = train("b", "3");
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_TRUE(contains(b.output, "holds snapshots of other runs (a); run b starts afresh")) << b.output;
+  EXPECT_FALSE(contains(b.output, "Resuming")) << b.output;
+  testing::write_bytes(snapshots + "/snapshot-e000999-s000000999999-ra.pt", "junk with a higher step");
+  const Result a = train("a", "4");
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_TRUE(contains(a.output, "snapshot-e000999-s000000999999-ra.pt is not a whole snapshot")) << a.output;
+  EXPECT_TRUE(contains(a.output, "Resuming training from snapshot at Epoch 2 (" + snapshots +
+                                     "/snapshot-e000002-s000000000004-ra.pt)")) << a.output;
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(snapshots)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"snapshot-e000003-s000000000006-rb.pt", "snapshot-e000004-s000000000008-ra.pt",
+                                             "snapshot-e000999-s000000999999-ra.pt.corrupt"}));
 }
 
 TEST(DdpTrain, FailsOnEveryRankBeforeTheFirstStepWhenTheSnapshotDirIsUnwritable) {

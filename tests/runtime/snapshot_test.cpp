@@ -134,6 +134,7 @@ TEST(Snapshot, WritesInTheBackgroundFromStagedCopiesAndKeepsTheLastK) {
   EXPECT_EQ(listing(store.dir()), (std::vector<std::string>{fs::path(saved_paths[2]).filename().string(),
                                                             fs::path(saved_paths[3]).filename().string()}));
   EXPECT_TRUE(at::equal(read_snapshot(saved_paths[3]).model_state[0].second, at::full({4, 5}, 4.0f)));
+  EXPECT_EQ(read_snapshot(saved_paths[3]).run_id, "7");
   EXPECT_TRUE(at::equal(read_snapshot(saved_paths[2]).model_state[0].second, at::full({4, 5}, 3.0f)));
 }
 
