@@ -81,6 +81,7 @@ ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   }
   step.node_list = get_env(sp, "SLURM_STEP_NODELIST").value_or("");
   step.reserved_ports = get_env(sp, "SLURM_STEP_RESV_PORTS").value_or("");
+  step.job_key = get_env(sp, ddp::kJobKeyVariable).value_or("");
   if (const auto max_restarts = get_env(sp, "DDP_MAX_RESTARTS")) {
     step.max_restarts = static_cast<uint32_t>(ddp::require_uint(*max_restarts, 0, 1000000, "DDP_MAX_RESTARTS"));
   }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "error.hpp"
+#include "ports.hpp"
 
 namespace ddp::runtime {
 namespace {
@@ -125,6 +126,8 @@ Launch launch_from_environment(const EnvLookup& env) {
   launch.socket_ifnames = split_commas(env("GLOO_SOCKET_IFNAME").value_or(""));
   if (auto hint = env("DDP_BACKEND")) launch.backend = parse_backend(*hint, "DDP_BACKEND");
   launch.restart_count = parse_optional_int(env, "TORCHELASTIC_RESTART_COUNT", "the restart loop sets it").value_or(0);
+  launch.run_label = env("TORCHELASTIC_RUN_ID").value_or("");
+  if (const auto key = env(ddp::kJobKeyVariable); key && ddp::is_job_key(*key)) launch.job_key = *key;
   launch.omp_num_threads = leading_thread_count(env("OMP_NUM_THREADS").value_or(""));
   return launch;
 }

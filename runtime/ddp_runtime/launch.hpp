@@ -23,6 +23,8 @@ struct Launch {
   std::vector<std::string> socket_ifnames;  // GLOO_SOCKET_IFNAME, comma separated as in PyTorch
   BackendHint backend = BackendHint::Auto;
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
+  std::string run_label;  // TORCHELASTIC_RUN_ID, empty when unset
+  std::string job_key;    // DDP_JOB_KEY (ports.hpp) when it is one, else empty
   std::optional<int> omp_num_threads;
 };
 
