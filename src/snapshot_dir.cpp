@@ -69,12 +69,13 @@ class DirWalk {
   }
 
   UniqueFd open_component(int parent, const std::string& name, const std::string& prefix, bool last) const {
-    const int follow = last ? O_NOFOLLOW : 0;
-    UniqueFd fd(openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | follow));
+    // Components above need only be searchable (O_PATH): /lustre/projects may well be mode 0711.
+    const int flags = O_DIRECTORY | O_CLOEXEC | (last ? O_RDONLY | O_NOFOLLOW : O_PATH);
+    UniqueFd fd(openat(parent, name.c_str(), flags));
     if (!fd && errno == ENOENT) {
       if (mkdirat(parent, name.c_str(), 0700) != 0 && errno != EEXIST) fail("cannot be created " + errno_text(prefix));
       // What was just made must be what is opened: never a link someone put there in between.
-      fd.reset(openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+      fd.reset(openat(parent, name.c_str(), flags | O_NOFOLLOW));
     }
     if (fd) return fd;
     const int error = errno;
@@ -99,7 +100,7 @@ class DirWalk {
       start = slash + 1;
     }
     const bool absolute = path_[0] == '/';
-    UniqueFd current(::open(absolute ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd current(::open(absolute ? "/" : ".", (parts.empty() ? O_RDONLY : O_PATH) | O_DIRECTORY | O_CLOEXEC));
     if (!current) fail("cannot be opened " + errno_text(absolute ? "/" : "."));
     std::string prefix = absolute ? "" : ".";
     for (size_t i = 0; i < parts.size(); ++i) {
@@ -175,14 +176,19 @@ void prepare_snapshot_dir(const std::string& path, const std::string& option, st
   const pid_t child = fork();
   if (child < 0) throw Error(std::string("cannot check the snapshot directory: ") + std::strerror(errno));
   if (child == 0) {
-    read_end.reset();
+    // Nothing but the answer may outlive the deadline with this child: a task's output pipes held here would
+    // keep the step waiting for their end.
+    const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int fd = 0; fd < 3 && null >= 0; ++fd) dup2(null, fd);
+    if (dup2(write_end.get(), 3) != 3) _exit(1);
+    closefrom(4);
     std::string message;
     try {
       SnapshotDir::open(path, option);
     } catch (const std::exception& e) {
       message = e.what();
     }
-    write_all(write_end.get(), message.empty() ? "ok" : message);
+    write_all(3, message.empty() ? "ok" : message);
     _exit(0);
   }
   write_end.reset();

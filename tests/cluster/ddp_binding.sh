@@ -2,7 +2,8 @@
 # Topology binding on the test cluster (issue 3): the socket interface is the one that reaches the master
 # (eth0, not the second NIC eth1), --ddp-nic overrides it and a bad name fails the step; tasks of a node get
 # disjoint CPU sets within what Slurm allowed (none with --ddp-bind=none); a node without GPUs gets CPU binding and
-# a NIC only; a saved hwloc export (HWLOC_XMLFILE) is planned but binds nothing; --ddp-check runs the node checks.
+# a NIC only; a saved hwloc export (the admin's topology_xml) is planned but binds nothing; --ddp-check runs the node
+# checks. (The job's own HWLOC_XMLFILE is never read in slurmstepd: security.sh.)
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -50,7 +51,8 @@ check_nic_override() {
 check_saved_topology() {
   local xml out
   xml=$(stage "$DDP_SOURCE_DIR/tests/topology/data/aws-p4d.24xlarge.xml")
-  out=$(run_on_cluster env HWLOC_XMLFILE="$xml" srun --ddp --ddp-verbose -N1 -n2 sh -c "$show" 2>&1)
+  set_plugstack "required $DDP_CLUSTER_PLUGIN topology_xml=$xml"
+  out=$(run_on_cluster srun --ddp --ddp-verbose -N1 -n2 sh -c "$show" 2>&1)
   # Two tasks of eight GPUs: one per socket (GPUs 0 and 4), listed first so that task r uses cuda:r.
   assert_eq 2 "$(echo "$out" | grep -c ' cuda=0,4,1,2,3,5,6,7 fi=efa ')" "GPU and EFA variables from the p4d export: $out"
   assert_contains "$out" "gpu=cuda:1(0000:90:" "the second task's GPU is on the second socket"
@@ -72,6 +74,6 @@ check_node_checks() {
 check_interface_reaching_master
 check_cpu_binding
 check_nic_override
-check_saved_topology
 check_node_checks
+check_saved_topology  # last: it changes plugstack.conf
 pass "socket interface, --ddp-nic, CPU binding, saved topology, --ddp-check"

@@ -14,14 +14,14 @@ listing=$TEST_DIR/killed/listing
 
 baseline=$(submit_template multi-node.sbatch "$TEST_DIR/baseline" "${TRAINING[@]}" -- --cpus-per-task=1)
 killed=$(submit_template multi-node.sbatch "$TEST_DIR/killed" "${TRAINING[@]}" DDP_TRAIN="$injector" \
-  REAL_TRAIN="$STAGED_TRAIN" KILL_RANK=0 KILL_WHEN=".snapshot-snapshot-e000003-*.tmp-*" KILL_LISTING="$listing" \
+  REAL_TRAIN="$STAGED_TRAIN" KILL_RANK=0 KILL_WHEN=".snapshot-e000003-*.tmp-*" KILL_LISTING="$listing" \
   -- --cpus-per-task=1)
 expect_completed "$TEST_DIR/baseline" "$baseline" 240
 expect_completed "$TEST_DIR/killed" "$killed" 240
 
 out=$(job_output "$TEST_DIR/killed" "$killed")
 [ -s "$listing" ] || fail "rank 0 was never killed; output: $out"
-grep -q '^\.snapshot-snapshot-e000003-.*\.tmp-' "$listing" ||
+grep -q '^\.snapshot-e000003-.*\.tmp-' "$listing" ||
   fail "rank 0 was killed after its write of epoch 3 had ended (listing: $(paste -sd' ' "$listing")); not a kill during a write"
 assert_eq "" "$(grep '^snapshot-e000003-' "$listing" || true)" "the snapshot of epoch 3 was incomplete when killed"
 assert_contains "$out" "Resuming training from snapshot at Epoch 2 " "resumed from the last completed snapshot"
