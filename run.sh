@@ -1,23 +1,31 @@
 #!/usr/bin/env bash
 # One entry point for people and CI:
-#   ./run.sh            install what is missing, build, and run the demo job on the local two-node Slurm
-#   ./run.sh test       install what is missing, build, and run every test (unit and real-cluster)
-#   ./run.sh setup      install what is missing and build, nothing else
-# Needs root for apt-get and for the test cluster (network namespaces, slurmd).
+#   ./run.sh                 install what is missing, build, and run the demo job on the local two-node Slurm
+#   ./run.sh test [--stack S] [CTEST ARGS...]
+#                            install what is missing, build, and run every test (unit and real-cluster) on every
+#                            stack, or on stack S only; CTEST ARGS (e.g. -R cluster_) go to each stack's ctest
+#   ./run.sh setup           install what is missing and build, nothing else
+# Stacks: debian12 (Slurm 22.05, LibTorch 1.13, OpenMPI 4.1) and debian13 (Slurm 24.11, LibTorch 2.6, OpenMPI 5).
+# The one this machine runs is tested here; the other in a Debian root file system that tests/stacks/root.sh makes
+# with debootstrap (cached in /var/cache/slurm-ddp/roots) and enters with its own namespaces.
+# Needs root for apt-get, the roots and the test cluster (network namespaces, slurmd).
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$PWD
-BUILD=${DDP_BUILD_DIR:-$ROOT/build}
 
+# The same names in bookworm and trixie (libclang-rt-dev is clang's default runtime there, 14 and 19).
 PACKAGES=(
-  cmake ninja-build g++ clang libclang-rt-14-dev pkg-config
+  cmake ninja-build g++ clang libclang-rt-dev pkg-config
   libslurm-dev slurmctld slurmd slurm-client munge
   libhwloc-dev hwloc
   libopenmpi-dev openmpi-bin
   libtorch-dev libgloo-dev libopenblas0-pthread python3-torch
   libgtest-dev
   iproute2 procps psmisc util-linux shellcheck python3-yaml
+  file dpkg-dev
 )
+declare -A RELEASE_OF=([debian12]=bookworm [debian13]=trixie)
+STACKS=(debian12 debian13)
 
 install_packages() {
   local missing=()
@@ -31,19 +39,77 @@ install_packages() {
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# This machine's stack, from /etc/os-release; empty when it is neither.
+host_stack() {
+  local codename s
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  for s in "${STACKS[@]}"; do [ "${RELEASE_OF[$s]}" != "$codename" ] || echo "$s"; done
+}
+
+# This machine's stack builds in build/ (or DDP_BUILD_DIR); a stack in a root (tests/stacks/root.sh sets
+# DDP_IN_ROOT) in build-STACK/, beside it in the same checkout.
+build_dir() {  # STACK
+  if [ "$1" = "$(host_stack)" ] && [ -z "${DDP_IN_ROOT:-}" ]; then echo "${DDP_BUILD_DIR:-$ROOT/build}"
+  else echo "$ROOT/build-$1"; fi
+}
+
+# Debian 13's stack is built as C++20 (LibTorch 2.12 and later require it), Debian 12's as C++17.
 build() {
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_FUZZ=ON >/dev/null
-  cmake --build "$BUILD" -j "$(nproc)"
+  local stack dir standard=17
+  stack=$(host_stack)
+  dir=$(build_dir "$stack")
+  [ "$stack" != debian13 ] || standard=20
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_FUZZ=ON -DCMAKE_CXX_STANDARD=$standard >/dev/null
+  cmake --build "$dir" -j "$(nproc)"
 }
 
 run_tests() {
   # Cluster tests bring up their own Slurm through a CTest fixture and tear it down, also on failure.
-  ctest --test-dir "$BUILD" --output-on-failure -j 1 "$@"
+  ctest --test-dir "$(build_dir "$(host_stack)")" --output-on-failure -j 1 "$@"
+}
+
+# Tests of one stack: here, or inside its root (packages installed with the host's network, tests in a network
+# namespace of their own, so that they meet neither the network nor a test cluster of this machine).
+test_stack() {
+  local stack=$1 release
+  shift
+  if [ "$stack" = "$(host_stack)" ]; then
+    install_packages
+    build
+    run_tests "$@"
+    return
+  fi
+  release=${RELEASE_OF[$stack]}
+  "$ROOT/tests/stacks/root.sh" create "$release" >/dev/null
+  "$ROOT/tests/stacks/root.sh" run "$release" -- ./run.sh __install
+  "$ROOT/tests/stacks/root.sh" run "$release" --isolated -- ./run.sh test --stack "$stack" "$@"
+}
+
+cmd_test() {
+  local chosen=("${STACKS[@]}") failed=() s t0
+  if [ "${1:-}" = --stack ]; then
+    [ -n "${RELEASE_OF[${2:-}]+x}" ] || { echo "run.sh: --stack '${2:-}': give one of ${STACKS[*]}" >&2; exit 2; }
+    chosen=("$2")
+    shift 2
+  fi
+  [ -n "$(host_stack)" ] || { echo "run.sh: this machine runs neither Debian 12 nor 13; the stacks need one of them" >&2; exit 2; }
+  for s in "${chosen[@]}"; do
+    t0=$SECONDS
+    echo "run.sh: ===== stack $s (Debian ${RELEASE_OF[$s]}) ====="
+    if test_stack "$s" "$@"; then
+      echo "run.sh: stack $s passed in $((SECONDS - t0)) s"
+    else
+      echo "run.sh: stack $s FAILED after $((SECONDS - t0)) s"
+      failed+=("$s")
+    fi
+  done
+  [ ${#failed[@]} -eq 0 ] || { echo "run.sh: failed on: ${failed[*]}" >&2; exit 1; }
 }
 
 case "${1:-demo}" in
   setup) install_packages; build ;;
-  test)  shift || true; install_packages; build; run_tests "$@" ;;
-  demo)  install_packages; build; exec "$ROOT/tests/cluster/demo.sh" "$BUILD" ;;
-  *) echo "usage: $0 [demo|test|setup]" >&2; exit 2 ;;
+  test) shift; cmd_test "$@" ;;
+  demo) install_packages; build; exec "$ROOT/tests/cluster/demo.sh" "$(build_dir "$(host_stack)")" ;;
+  __install) install_packages ;;  # inside a root, with the host's network (test_stack)
+  *) echo "usage: $0 [demo|test [--stack ${STACKS[*]// /|}] [CTEST ARGS]|setup]" >&2; exit 2 ;;
 esac

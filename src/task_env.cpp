@@ -101,6 +101,9 @@ TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user) {
   env.set("TORCHELASTIC_USE_AGENT_STORE", "False");
   env.set("DDP_BACKEND", to_string(plan.backend));
   env.set_default("OMP_NUM_THREADS", std::to_string(step.cpus_per_task));
+  // PyTorch 2.4+ asks TCPStore for its libuv server, which torch builds without libuv (Debian's, Ubuntu's) refuse
+  // at init_process_group; the classic server, torch's default before 2.4, works with every build.
+  env.set_default("USE_LIBUV", "0");
   if (plan.snapshot_dir_explicit) {
     env.set("DDP_SNAPSHOT_DIR", plan.snapshot_dir);
   } else if (!plan.snapshot_dir.empty()) {

@@ -30,7 +30,7 @@ template <class Backend>
 ProcessGroupPtr as_process_group([[maybe_unused]] const StorePtr& store, [[maybe_unused]] int rank,
                                  [[maybe_unused]] int size, c10::intrusive_ptr<Backend> backend,
                                  [[maybe_unused]] std::initializer_list<c10::DeviceType> devices) {
-#if TORCH_VERSION_MAJOR < 2
+#if !DDP_TORCH_AT_LEAST(2, 0)
   return backend;
 #else
   using Group = c10d::ProcessGroup;
@@ -38,7 +38,7 @@ ProcessGroupPtr as_process_group([[maybe_unused]] const StorePtr& store, [[maybe
   const auto type = name == "nccl" ? Group::BackendType::NCCL
                     : name == "mpi" ? Group::BackendType::MPI
                                     : Group::BackendType::GLOO;
-#if TORCH_VERSION_MINOR >= 6
+#if DDP_TORCH_AT_LEAST(2, 6)
   auto group = c10::make_intrusive<Group>(store, rank, size);
 #else
   auto group = c10::make_intrusive<Group>(store, rank, size, c10::make_intrusive<Group::Options>(name));
@@ -76,7 +76,7 @@ auto state_key_of(Optimizer& optimizer, const at::Tensor& param) {
 }  // namespace
 
 StorePtr make_tcp_store(const std::string& host, c10d::TCPStoreOptions options) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if DDP_TORCH_AT_LEAST(2, 4)
   if (options.useLibUV) {
     try {
       return c10::make_intrusive<c10d::TCPStore>(host, options);

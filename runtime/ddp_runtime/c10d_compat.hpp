@@ -18,6 +18,10 @@
 
 #include <torch/version.h>
 
+// LibTorch releases this runtime is built and tested against: Debian's 1.13 and 2.x (CMake refuses others).
+#define DDP_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
 namespace c10d {
 class Backend;
 struct TCPStoreOptions;
@@ -45,7 +49,7 @@ ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size, const
 
 // The base class of a group implemented in this runtime (the MPI group): in 1.13 a ProcessGroup itself, in 2.x a
 // Backend, which as_host_process_group wraps into a ProcessGroup. Complete after including ProcessGroup.hpp.
-#if TORCH_VERSION_MAJOR < 2
+#if !DDP_TORCH_AT_LEAST(2, 0)
 using GroupImplementation = c10d::ProcessGroup;
 #else
 using GroupImplementation = c10d::Backend;

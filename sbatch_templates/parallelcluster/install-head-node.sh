@@ -78,8 +78,10 @@ build_plugin() {
     build_dir=$(mktemp -d /tmp/slurm-ddp-build.XXXXXX)
     trap 'rm -rf "$build_dir"' EXIT
   fi
-  cmake -S "$SOURCE" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_RUNTIME=OFF -DBUILD_TESTING=OFF \
-        -DSLURM_INCLUDE_DIR="$prefix/include" >/dev/null
+  local generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  cmake -S "$SOURCE" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_RUNTIME=OFF \
+        -DBUILD_TESTING=OFF -DSLURM_INCLUDE_DIR="$prefix/include" >/dev/null
   cmake --build "$build_dir" --target ddp_spank -j "$(nproc)" >/dev/null
   built_plugin="$build_dir/spank_plugin/ddp.so"
 }

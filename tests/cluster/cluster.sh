@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A real Slurm 22.05 test cluster on one machine: munged, slurmctld and N slurmd, each slurmd in its own
-# network, UTS and mount namespace so that every node looks like a separate host. Needs root.
+# A real Slurm test cluster on one machine (the stack's Slurm: 22.05 on Debian 12, 24.11 on Debian 13): munged,
+# slurmctld and N slurmd, each slurmd in its own network, UTS and mount namespace so that every node looks like a
+# separate host. Needs root.
 #
 #   cluster.sh up [--nodes N] [--plugin /path/ddp.so] [--plugstack-args "k=v ..."]
 #                                        clear leftovers, start, wait until every node is idle; waits first
@@ -31,6 +32,7 @@
 #   $DIR/etc       slurm.conf, mpi.conf, plugstack.conf (`up --plugin P` writes "required P ARGS"; P is a
 #                  copy under $DIR/etc when the job user cannot read P; `env` gives it as DDP_CLUSTER_PLUGIN).
 #   $DIR/log       slurmctld.log, slurmd-nodeK.log, munged.log, jobcomp.log (one line per finished job).
+#   slurm.conf     DDP_CLUSTER_SLURM_CONF_EXTRA: lines `up` adds to slurm.conf (one per line).
 #   Tracing        DDP_CLUSTER_TRACE=1 traces every command with a timestamp; DDP_CLUSTER_KEEP_ON_FAILURE=1
 #                  leaves a failed bring-up in place for inspection.
 #   Ports          slurmctld 16817, slurmd 16818 (not Slurm's 6817/6818), MpiParams ports 12000-12999 (below
@@ -53,6 +55,12 @@
 # - `sbatch --wait` polls slowly (10 s for a 1 s job); lib.sh's wait_job polls every 0.2 s.
 # - `-N2 -n4` places 3+1 tasks (block over 4 claimed CPUs per node): ask for --ntasks-per-node=2.
 # - munged logs "Unauthorized credential for client UID=0" and "Replayed credential" at each step; harmless.
+# - Bring-up, both versions: slurmctld logs "error: Configured MailProg is invalid" and missing state files at
+#   every first start; harmless, and not a reason to stop (the daemon's exit is). Telling a daemon's death from
+#   a process list raced with its daemonizing (a healthy slurmctld was reported dead on a busy machine), hence the
+#   foreground daemons of start_daemon.
+# - Slurm 24.11: a batch job whose SPANK user_init fails drains the node and is requeued onto the next node (which
+#   drains too); tests submit such jobs with --no-requeue.
 set -Eeuo pipefail
 # DDP_CLUSTER_TRACE=1: every command with a timestamp, to see where a slow or failing bring-up spends its time.
 if [ -n "${DDP_CLUSTER_TRACE:-}" ]; then PS4='+ ${EPOCHREALTIME} ${FUNCNAME[0]:-main}: '; set -x; fi
@@ -102,8 +110,41 @@ check_dir_is_ours() {
   fi
 }
 
-# Daemons must not inherit the lock's descriptor, or they hold the lock for their whole life.
-daemon() { "$@" 9>&-; }
+# Daemons run in their foreground mode as background children of this script, in a session of their own, so that
+# while it waits for them it knows at once when one dies, and why (its exit status or signal): no guessing from
+# process lists or log lines. NAME.pid and NAME.out (stdout and stderr, which hold what a daemon says before its
+# log file is open) are in $DIR/run and $LOG. They must not inherit the lock's descriptor, or they hold the lock
+# for their whole life.
+start_daemon() {  # NAME CMD...
+  local name=$1
+  shift
+  setsid "$@" 9>&- </dev/null >>"$LOG/$name.out" 2>&1 &
+  echo $! >"$DIR/run/$name.pid"
+}
+
+daemon_pid() { cat "$DIR/run/$1.pid" 2>/dev/null || true; }
+
+# Running: not gone and not a zombie (a dead child stays one until this script waits for it).
+daemon_alive() {
+  local pid
+  pid=$(daemon_pid "$1")
+  [ -n "$pid" ] && [ -e "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]
+}
+
+# A daemon that died ends the bring-up with how it ended, from this script's own wait for its child ("exited with
+# status N" or "was killed by SIGNAL"), and the last lines it wrote. Runs in this shell, never in a subshell:
+# only the parent can wait.
+die_if_dead() {  # NAME LOGFILE
+  daemon_alive "$1" && return 0
+  local pid rc=0 how
+  pid=$(daemon_pid "$1")
+  wait "$pid" 2>/dev/null || rc=$?
+  if [ "$rc" -gt 128 ]; then how="was killed by SIG$(kill -l "$((rc - 128))" 2>/dev/null || echo "$((rc - 128))")"
+  else how="exited with status $rc"; fi
+  say "error: $1 (pid $pid) $how; its last lines:"
+  tail -n 8 "$2" "$LOG/$1.out" 2>/dev/null | sed 's/^/  /' >&2
+  exit 1
+}
 
 lock() {
   exec 9>"$LOCK"
@@ -163,7 +204,7 @@ host_clients() {
 # Daemons on the host: by pid file, and by a command line naming our state directory (a pid file may be gone).
 host_daemons() {
   local f pid
-  for f in slurmctld:"$DIR/run/slurmctld.pid" munged:"$DIR/munge/munged.pid"; do
+  for f in slurmctld:"$DIR/run/slurmctld.pid" munged:"$DIR/run/munged.pid"; do
     # A stale pid file may name a recycled pid: only take it if the process has the daemon's name.
     pid=$(cat "${f#*:}" 2>/dev/null) || continue
     [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "${f%%:*}" ] && echo "$pid"
@@ -310,7 +351,7 @@ make_dirs() {
   mkdir -p "$DIR"
   touch "$DIR/.ddp-test-cluster"
   chmod 0755 "$DIR"
-  mkdir -p "$DIR"/{etc,log,run,ctld,spool,munge,ns} "$SHARED" "$LOCAL"
+  mkdir -p "$DIR"/{etc,log,run,run/slurm,ctld,spool,munge,ns} "$SHARED" "$LOCAL"
   chmod 1777 "$SHARED" "$LOCAL"
   : >"$DIR/etc/plugstack.conf"
 }
@@ -328,13 +369,16 @@ start_munge() {
   chown munge:munge "$m/munge.key"
   chmod 0400 "$m/munge.key"
   install -o munge -g munge -m 0640 /dev/null "$LOG/munged.log"
-  daemon setpriv --reuid=munge --regid=munge --init-groups munged --socket="$m/munge.socket" \
-    --key-file="$m/munge.key" --pid-file="$m/munged.pid" --seed-file="$m/munged.seed" \
-    --log-file="$LOG/munged.log" || die "munged did not start: $(tail -n 5 "$LOG/munged.log")"
-  wait_for 10 "munged" munge_ok
+  start_daemon munged setpriv --reuid=munge --regid=munge --init-groups munged --foreground \
+    --socket="$m/munge.socket" --key-file="$m/munge.key" --pid-file="$m/munged.pid" --seed-file="$m/munged.seed" \
+    --log-file="$LOG/munged.log"
+  wait_for 60 "munged" munge_ok
 }
 
-munge_ok() { munge -n --socket="$DIR/munge/munge.socket" 2>/dev/null | unmunge --socket="$DIR/munge/munge.socket" >/dev/null 2>&1; }
+munge_ok() {
+  die_if_dead munged "$LOG/munged.log"
+  munge -n --socket="$DIR/munge/munge.socket" 2>/dev/null | unmunge --socket="$DIR/munge/munge.socket" >/dev/null 2>&1
+}
 
 # wait_for SECONDS WHAT CMD...: poll CMD every 0.1 s.
 wait_for() {
@@ -381,28 +425,25 @@ add_hosts_lines() {
   } >>/etc/hosts
 }
 
-# Each node gets a UTS namespace (its hostname) and a mount namespace (a tmpfs at $LOCAL). unshare keeps them
-# alive by bind-mounting them onto files, which must sit on a private mount (else the kernel refuses: loops).
+# Each node gets a UTS namespace (its hostname), kept alive by binding it onto a file on a private mount, and a mount
+# namespace (a tmpfs at $LOCAL), which its slurmd creates and holds (start_slurm): everything the node runs
+# inherits it. (A mount namespace bound onto a file, `unshare --mount=FILE`, failed now and then with EINVAL here.)
 setup_node_namespaces() {
   local k
   mount --bind "$NSDIR" "$NSDIR"
   mount --make-private "$NSDIR"
   for k in $(seq "$NODES"); do
-    touch "$NSDIR/node$k.uts" "$NSDIR/node$k.mnt"
+    touch "$NSDIR/node$k.uts"
     unshare --uts="$NSDIR/node$k.uts" hostname "node$k"
-    # Inside: drop the copy of $NSDIR (it would pin the other nodes' namespaces) and mount the private tmpfs.
-    unshare --mount="$NSDIR/node$k.mnt" --propagation private sh -ec "
-      umount -l '$NSDIR'
-      mount -t tmpfs -o size=256m,mode=1777 ddp-node$k-local '$LOCAL'
-      echo node$k >'$LOCAL/.node'
-      mkdir -m 0755 '$LOCAL/pmix'"
   done
 }
 
-in_node() {  # NODE_INDEX CMD...
-  local k=$1
+in_node() {  # NODE_INDEX CMD...: all of the node's namespaces (its slurmd's mount namespace)
+  local k=$1 pid
   shift
-  nsenter --net="/run/netns/$NETNS_PREFIX$k" --uts="$NSDIR/node$k.uts" --mount="$NSDIR/node$k.mnt" -- "$@"
+  pid=$(daemon_pid "slurmd-node$k")
+  if [ -z "$pid" ] || [ ! -e "/proc/$pid/ns/mnt" ]; then die "node$k has no running slurmd (see $LOG/slurmd-node$k.log)"; fi
+  nsenter --net="/run/netns/$NETNS_PREFIX$k" --uts="$NSDIR/node$k.uts" --mount="/proc/$pid/ns/mnt" -- "$@"
 }
 
 write_slurm_conf() {
@@ -422,8 +463,8 @@ AuthInfo=socket=$DIR/munge/munge.socket,cred_expire=10
 CredType=cred/munge
 StateSaveLocation=$DIR/ctld
 SlurmdSpoolDir=$DIR/spool/%n
-SlurmctldPidFile=$DIR/run/slurmctld.pid
-SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmctldPidFile=$DIR/run/slurm/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurm/slurmd-%n.pid
 SlurmctldLogFile=$LOG/slurmctld.log
 SlurmdLogFile=$LOG/slurmd-%n.log
 SlurmctldDebug=info
@@ -454,6 +495,8 @@ MessageTimeout=10
 SlurmdTimeout=60
 TmpFS=$LOCAL
 EOF
+  # Lines a test adds (e.g. KillOnBadExit=1), before the nodes: Slurm reads them like any other.
+  [ -z "${DDP_CLUSTER_SLURM_CONF_EXTRA:-}" ] || printf '%s\n' "$DDP_CLUSTER_SLURM_CONF_EXTRA" >>"$CONF"
   for k in $(seq "$NODES"); do
     echo "NodeName=node$k NodeAddr=$NET0.$k NodeHostname=node$k CPUs=4 RealMemory=2048 State=UNKNOWN" >>"$CONF"
   done
@@ -484,39 +527,43 @@ as_user() { setpriv --reuid="$CLUSTER_USER" --regid="$CLUSTER_USER" --init-group
 
 slurm_env() { env -i PATH="$SAFE_PATH" LANG=C.UTF-8 SLURM_CONF="$CONF" "$@"; }
 
+# slurmd starts in a new mount namespace of the node: its copy of $NSDIR goes (it would pin the other nodes'
+# namespaces) and the node's private tmpfs is mounted at $LOCAL; then the shell becomes slurmd.
+node_slurmd_script() {  # NODE_INDEX
+  local k=$1
+  cat <<EOF
+umount -l '$NSDIR'
+mount -t tmpfs -o size=256m,mode=1777 ddp-node$k-local '$LOCAL'
+echo node$k >'$LOCAL/.node'
+mkdir -m 0755 '$LOCAL/pmix'
+exec env -i PATH='$SAFE_PATH' LANG=C.UTF-8 slurmd -D -f '$CONF' -N node$k
+EOF
+}
+
+# A first start on a fresh, busy machine can be slow (daemons load their plugins from a cold page cache): the
+# limits are generous, and a daemon that dies ends the wait at once with its exit cause.
 start_slurm() {
   local k
-  daemon slurm_env slurmctld -f "$CONF" || die "slurmctld did not start: $(tail -n 5 "$LOG/slurmctld.log" 2>/dev/null)"
-  wait_for 15 "slurmctld to answer" ctld_up
+  start_daemon slurmctld env -i PATH="$SAFE_PATH" LANG=C.UTF-8 SLURM_CONF="$CONF" slurmctld -D -f "$CONF"
+  wait_for 120 "slurmctld to answer" ctld_up
   for k in $(seq "$NODES"); do
     mkdir -p "$DIR/spool/node$k"
-    daemon in_node "$k" env -i PATH="$SAFE_PATH" LANG=C.UTF-8 slurmd -f "$CONF" -N "node$k" ||
-      die "slurmd on node$k did not start: $(tail -n 5 "$LOG/slurmd-node$k.log" 2>/dev/null)"
+    start_daemon "slurmd-node$k" nsenter --net="/run/netns/$NETNS_PREFIX$k" --uts="$NSDIR/node$k.uts" -- \
+      unshare --mount --propagation private sh -ec "$(node_slurmd_script "$k")"
   done
-  wait_for 30 "all $NODES nodes idle" all_idle
+  wait_for 180 "all $NODES nodes idle" all_idle
 }
 
 # The wait conditions stop at once when a daemon has died, rather than wait out their limit.
-ctld_running() {
-  local pid
-  for pid in $(pids_named slurmctld); do
-    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF "$CONF" && return 0
-  done
-  return 1
-}
-
 ctld_up() {
-  ctld_running ||
-    die "slurmctld exited: $(grep -E 'fatal|error' "$LOG/slurmctld.log" | tail -n 1)"
+  die_if_dead slurmctld "$LOG/slurmctld.log"
   slurm_env scontrol ping 2>/dev/null | grep -q 'is UP'
 }
 
 all_idle() {
   local states k
-  for k in $(seq "$NODES"); do
-    [ -n "$(ip netns pids "$NETNS_PREFIX$k")" ] ||
-      die "slurmd on node$k exited: $(grep -E 'fatal|error' "$LOG/slurmd-node$k.log" | tail -n 1)"
-  done
+  die_if_dead slurmctld "$LOG/slurmctld.log"
+  for k in $(seq "$NODES"); do die_if_dead "slurmd-node$k" "$LOG/slurmd-node$k.log"; done
   states=$(slurm_env sinfo -h -N -o '%t' 2>/dev/null | sort | uniq -c | awk '{print $2"="$1}' | tr '\n' ' ')
   [ "$states" = "idle=$NODES " ]
 }
@@ -651,8 +698,7 @@ cmd_node() {
   [ $# -gt 0 ] || die "node: no command"
   local as=()
   [ "$user" = 0 ] || as=(setpriv --reuid="$CLUSTER_USER" --regid="$CLUSTER_USER" --init-groups)
-  exec nsenter --net="/run/netns/$NETNS_PREFIX$k" --uts="$NSDIR/node$k.uts" --mount="$NSDIR/node$k.mnt" -- \
-    "${as[@]}" env -i PATH="$SAFE_PATH" LANG=C.UTF-8 SLURM_CONF="$CONF" "$@"
+  in_node "$k" "${as[@]}" env -i PATH="$SAFE_PATH" LANG=C.UTF-8 SLURM_CONF="$CONF" "$@"
 }
 
 cmd_plugstack() { need_up; write_plugstack "$@"; }

@@ -41,7 +41,8 @@ check_unresolvable_master() {
   # node1 vanishes from name resolution (all nodes share /etc/hosts); Slurm itself uses NodeAddr.
   cp /etc/hosts "$TEST_DIR/hosts.saved"
   on_exit "cp '$TEST_DIR/hosts.saved' /etc/hosts"
-  sed -i '/[[:space:]]node1[[:space:]]*#/d; /[[:space:]]node1$/d' /etc/hosts
+  # Rewritten in place, not renamed: /etc/hosts may be a bind mount (containers, tests/stacks/root.sh).
+  sed '/[[:space:]]node1[[:space:]]*#/d; /[[:space:]]node1$/d' "$TEST_DIR/hosts.saved" >/etc/hosts
   assert_fails "unresolvable master" run_on_cluster srun --ddp -N2 -n2 true
   assert_contains "$FAILED_OUTPUT" "ddp: MASTER_ADDR 'node1' (the step's first node) does not resolve on this node" \
     "resolution message"

@@ -40,7 +40,7 @@ check_nic_override() {
   # PyTorch's Gloo over the second NIC: the store on eth0's route, the data over eth1.
   script=$(stage "$(dirname "$0")/allreduce.py")
   out=$(run_on_cluster timeout 120 srun --ddp --ddp-nic=eth1 -N2 -n2 /usr/bin/python3 "$script" 2>&1) ||
-    fail "Gloo over eth1 failed: $out"
+    fail "Gloo over eth1 failed (exit status $?): $out"
   assert_eq 2 "$(echo "$out" | grep -c 'sum=3 expected=3 OK')" "all-reduce over eth1: $out"
   assert_fails "a missing interface" run_on_cluster srun --ddp --ddp-nic=eth9 -N2 -n2 true
   assert_contains "$FAILED_OUTPUT" "ddp: " "prefix"

@@ -26,7 +26,7 @@ check_two_by_two() {
     expected+=" GROUP_RANK=$node GROUP_WORLD_SIZE=2 ROLE_NAME=default ROLE_RANK=$rank ROLE_WORLD_SIZE=4 MASTER_ADDR=node1"
     expected+=" MASTER_PORT=$port TORCHELASTIC_RUN_ID=$job_step TORCHELASTIC_RESTART_COUNT=0"
     expected+=" TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_USE_AGENT_STORE=False DDP_BACKEND=auto OMP_NUM_THREADS=1"
-    expected+=" DDP_SNAPSHOT_DIR=-"$'\n'
+    expected+=" USE_LIBUV=0 DDP_SNAPSHOT_DIR=-"$'\n'
   done
   assert_eq "${expected%$'\n'}" "$(echo "$out" | sort -k2,2V)" "environment of every task"
 }
@@ -47,12 +47,12 @@ check_step_smaller_than_job() {
 
 check_user_values() {
   local out
-  out=$(run_on_cluster env OMP_NUM_THREADS=7 RANK=99 WORLD_SIZE=1 MASTER_ADDR=stale \
+  out=$(run_on_cluster env OMP_NUM_THREADS=7 USE_LIBUV=1 RANK=99 WORLD_SIZE=1 MASTER_ADDR=stale \
         srun --ddp=gloo -N2 -n2 "$printer" | sort)
   assert_contains "$out" "node1 RANK=0 " "stale RANK replaced"
   assert_contains "$out" "WORLD_SIZE=2 " "stale WORLD_SIZE replaced"
   assert_not_contains "$out" "MASTER_ADDR=stale" "stale MASTER_ADDR replaced"
-  assert_contains "$out" "DDP_BACKEND=gloo OMP_NUM_THREADS=7 " "backend hint and the user's OMP_NUM_THREADS"
+  assert_contains "$out" "DDP_BACKEND=gloo OMP_NUM_THREADS=7 USE_LIBUV=1 " "backend hint, the user's OMP_NUM_THREADS and USE_LIBUV"
 }
 
 check_without_ddp() {
@@ -81,7 +81,7 @@ check_heterogeneous_step() {
     expected+=" NODE_RANK=$node GROUP_RANK=$node GROUP_WORLD_SIZE=2 ROLE_NAME=default ROLE_RANK=$rank ROLE_WORLD_SIZE=3"
     expected+=" MASTER_ADDR=node1 MASTER_PORT=$port TORCHELASTIC_RUN_ID=$run_id TORCHELASTIC_RESTART_COUNT=0"
     expected+=" TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_USE_AGENT_STORE=False DDP_BACKEND=auto OMP_NUM_THREADS=1"
-    expected+=" DDP_SNAPSHOT_DIR=-"$'\n'
+    expected+=" USE_LIBUV=0 DDP_SNAPSHOT_DIR=-"$'\n'
   done
   assert_eq "${expected%$'\n'}" "$out" "environment of every task of a heterogeneous step"
 }

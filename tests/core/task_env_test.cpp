@@ -73,6 +73,7 @@ TEST(TaskEnv, TorchrunContractForEveryTaskOfTwoNodesByTwoTasks) {
           {"TORCHELASTIC_USE_AGENT_STORE", "False"},
           {"DDP_BACKEND", "auto"},
           {"OMP_NUM_THREADS", "3"},
+          {"USE_LIBUV", "0"},
       };
       EXPECT_EQ(env, expected) << "rank " << rank;
     }
@@ -81,12 +82,14 @@ TEST(TaskEnv, TorchrunContractForEveryTaskOfTwoNodesByTwoTasks) {
 
 TEST(TaskEnv, UserThreadsWinButStaleContractValuesAreReplaced) {
   const StepPlan plan = plan_step(two_by_two(1), ddp_on(), Config{}, kEphemeral);
-  const TaskEnv env = task_env(plan, {3, 1, 1}, user_env({{"OMP_NUM_THREADS", "8"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}));
+  const TaskEnv env = task_env(
+      plan, {3, 1, 1}, user_env({{"OMP_NUM_THREADS", "8"}, {"USE_LIBUV", "1"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}));
   EXPECT_EQ(env.value("OMP_NUM_THREADS"), "8");
+  EXPECT_EQ(env.value("USE_LIBUV"), "1");
   EXPECT_EQ(env.value("RANK"), "3");
   EXPECT_EQ(env.value("WORLD_SIZE"), "4");
   for (const EnvVar& var : env.vars()) {
-    EXPECT_EQ(var.origin == Origin::User, var.name == "OMP_NUM_THREADS") << var.name;
+    EXPECT_EQ(var.origin == Origin::User, var.name == "OMP_NUM_THREADS" || var.name == "USE_LIBUV") << var.name;
   }
 }
 
@@ -179,7 +182,7 @@ TEST(TaskEnv, VerboseLineIsOneStableLine) {
             "ddp: rank 2 on node2 (port from user): RANK=2 LOCAL_RANK=0 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 NODE_RANK=1 "
             "GROUP_RANK=1 GROUP_WORLD_SIZE=2 ROLE_NAME=default ROLE_RANK=2 ROLE_WORLD_SIZE=4 MASTER_ADDR=node1 "
             "MASTER_PORT=29500 TORCHELASTIC_RUN_ID=812.3 TORCHELASTIC_RESTART_COUNT=1 TORCHELASTIC_MAX_RESTARTS=0 "
-            "TORCHELASTIC_USE_AGENT_STORE=False DDP_BACKEND=auto OMP_NUM_THREADS=8[user]");
+            "TORCHELASTIC_USE_AGENT_STORE=False DDP_BACKEND=auto OMP_NUM_THREADS=8[user] USE_LIBUV=0");
 }
 
 TEST(Step, SpecialStepsAreNotApplicationSteps) {

@@ -50,13 +50,16 @@ grep -q "^required $WORK/b/plugins/ddp.so default_backend=gloo$" "$WORK/b/plugst
 grep -q "^# site plugins: keep this line$" "$WORK/b/plugstack.conf" || fail "other plugstack lines lost"
 
 # 4. Headers of another Slurm version than the srun found: refused, with both versions named.
+headers=$(sed -n -E 's/^#define SLURM_VERSION_NUMBER 0x([0-9a-fA-F]+).*/\1/p' /usr/include/slurm/slurm_version.h)
+headers=$(printf '%d.%02d.%d' $((16#$headers >> 16 & 255)) $((16#$headers >> 8 & 255)) $((16#$headers & 255)))
 mkdir -p "$WORK/fake/bin"
 ln -s /usr/include "$WORK/fake/include"
-printf '#!/bin/sh\necho "slurm 23.11.4"\n' >"$WORK/fake/bin/srun" && chmod +x "$WORK/fake/bin/srun"
+printf '#!/bin/sh\necho "slurm 21.08.9"\n' >"$WORK/fake/bin/srun" && chmod +x "$WORK/fake/bin/srun"
 if "$SCRIPT" --slurm-prefix "$WORK/fake" --slurm-conf "$WORK/a/slurm.conf" >"$WORK/mismatch.log" 2>&1; then
   fail "version mismatch accepted"
 fi
-grep -q 'are 22.05.8 but .*srun is 23.11.4' "$WORK/mismatch.log" || fail "unclear mismatch message: $(cat "$WORK/mismatch.log")"
+grep -qF "are $headers but $WORK/fake/bin/srun is 21.08.9" "$WORK/mismatch.log" ||
+  fail "unclear mismatch message: $(cat "$WORK/mismatch.log")"
 # 5. The compute-node check (ParallelCluster's OnNodeConfigured) sees the installed plugin, and fails a node without it.
 COMPUTE=$(dirname "$SCRIPT")/install-compute-node.sh
 "$COMPUTE" --plugin-dir "$WORK/a/plugins" >"$WORK/compute.log" 2>&1 || fail "compute node check failed: $(cat "$WORK/compute.log")"

@@ -16,8 +16,12 @@ contents=$(dpkg-deb -c "$deb")
 info=$(dpkg-deb -I "$deb")
 grep -q " \.$plugin_dir/ddp\.so$" <<<"$contents" || fail "ddp.so is not in $plugin_dir: $contents"
 grep -q ' \./etc/slurm/plugstack\.conf\.d/ddp\.conf$' <<<"$contents" || fail "no plugstack snippet"
-grep -q 'Depends: slurm-wlm-basic-plugins (>= 22\.05), slurm-wlm-basic-plugins (<< 22\.06)' <<<"$info" ||
-  fail "no dependency on the Slurm series: $(grep Depends <<<"$info")"
+# The series of the headers it was built against, and the next one (22.05 and 22.06; 24.11 and 24.12).
+number=$(sed -n -E 's/^#define SLURM_VERSION_NUMBER 0x([0-9a-fA-F]+).*/\1/p' /usr/include/slurm/slurm_version.h)
+series=$(printf '%d.%02d' $((16#$number >> 16 & 255)) $((16#$number >> 8 & 255)))
+next=$(printf '%d.%02d' $((16#$number >> 16 & 255)) $(((16#$number >> 8 & 255) + 1)))
+grep -qF "Depends: slurm-wlm-basic-plugins (>= $series), slurm-wlm-basic-plugins (<< $next)" <<<"$info" ||
+  fail "no dependency on the Slurm series $series: $(grep Depends <<<"$info")"
 dpkg-deb -e "$deb" "$WORK/control"
 [ "$(cat "$WORK/control/conffiles")" = "/etc/slurm/plugstack.conf.d/ddp.conf" ] || fail "snippet is not a conffile"
 

@@ -141,7 +141,7 @@ void expect_refused(const std::string& what, const std::function<void()>& call) 
 void try_bad_calls(const Distributed& mpi) {
   expect_refused("device", [&] {
     std::vector<at::Tensor> tensors{at::empty({4}, at::device(at::kMeta))};
-#if TORCH_VERSION_MAJOR < 2
+#if !DDP_TORCH_AT_LEAST(2, 0)
     mpi.group->allreduce(tensors)->wait();
 #else
     mpi.group->getBackend(c10::DeviceType::CPU)->allreduce(tensors)->wait();

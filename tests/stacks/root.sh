@@ -107,8 +107,17 @@ enter_inner() {
   hostname "ddp-$release"
   [ "$isolated" = 0 ] || ip link set lo up 2>/dev/null || true
   cd "$REPO"
-  exec env -i PATH="$SAFE_PATH" HOME=/root USER=root LOGNAME=root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
-    DDP_IN_ROOT="$release" "$@"
+  # This shell stays PID 1 of the namespace and reaps what is orphaned there (a test cluster's killed daemons
+  # and slurmstepds): a zombie nobody reaps would look alive to the test cluster's teardown.
+  env -i PATH="$SAFE_PATH" HOME=/root USER=root LOGNAME=root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
+    DDP_IN_ROOT="$release" "$@" &
+  local child=$! rc=0
+  trap 'kill -TERM "$child" 2>/dev/null' TERM INT HUP
+  while :; do
+    wait "$child" && rc=0 || rc=$?
+    [ -e "/proc/$child" ] || break  # else a trapped signal interrupted the wait
+  done
+  exit "$rc"
 }
 
 cmd_run() {

@@ -1,0 +1,32 @@
+/* The Slurm versions ddp.so supports, 22.05 to 25.x, and what differs between them for a SPANK plugin: the one
+ * place that reads SLURM_VERSION_NUMBER. ddp.so is built against the headers of the Slurm that loads it (its
+ * plugin_version must match), so every difference is known at compile time.
+ *
+ *  22.05  Remote option callbacks run twice (from the launch message, then from the job's environment): applying
+ *         an option is idempotent. A failure returned by user_init gives srun "launch failed" with exit status 0,
+ *         and in a batch job drains the node; one returned by task_init fails the step with exit status 1. So
+ *         ddp.so never fails user_init: every problem is kept and reported from task_init (as NVIDIA/pyxis does).
+ *  23.11  A SPANK failure marks the step failed and srun exits 1, also from user_init; a batch job's user_init
+ *         failure still drains the node (and requeues the job). hostlist_t becomes a pointer type: ddp.so parses
+ *         node lists itself (src/hostlist) and uses none of Slurm's hostlist functions.
+ *  24.05  Remote option callbacks run once. SPANK options reach the remote side under srun/sbatch --export.
+ *  25.05  Any non-zero return of a callback is an error: ddp.so returns exactly 0 or -1 (guarded()). A failing
+ *         slurm_spank_init drains the node unless the plugin's slurm_spank_init_failure_mode says otherwise:
+ *         ddp.so's init fails only when Slurm refuses its option table, and then only the job fails.
+ *         spank_fini runs before pam_finish (ddp.so has no fini).
+ * tests/cluster/spank_versions.sh checks the behaviour of the Slurm under test against this list. */
+#ifndef DDP_SLURM_VERSIONS_H
+#define DDP_SLURM_VERSIONS_H
+
+#include <slurm/slurm_version.h>
+
+#define DDP_SLURM_AT_LEAST(major, minor) (SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(major, minor, 0))
+
+#if !DDP_SLURM_AT_LEAST(22, 5)
+#error "ddp.so supports Slurm 22.05 and later: these slurm/slurm_version.h headers are older"
+#endif
+
+/* Slurm 25.05 reads how a failing slurm_spank_init ends: the node (drain) or the job. */
+#define DDP_SLURM_HAS_INIT_FAILURE_MODE DDP_SLURM_AT_LEAST(25, 5)
+
+#endif

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# How the Slurm under test treats SPANK plugins, checked against what spank_plugin/slurm_versions.h says of its
+# version: how often remote option callbacks run, how srun ends when user_init or task_init fails, and that a
+# user_init failure in a batch job drains the node (why ddp.so never fails there). Then the same cases with ddp.so
+# itself: whatever the version, its refusals fail the step with exit status 1 and leave every node in service.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+if [ -z "$DDP_PLUGIN" ] || [ -z "${DDP_SPANK_PROBE:-}" ]; then skip "the plugin is not built"; fi
+
+# The running Slurm's series as a number: 22.05 -> 2205, 24.11 -> 2411.
+version=$(run_on_cluster srun --version | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -n 1)
+[ -n "$version" ] || fail "cannot read the Slurm version from srun --version"
+series=$(awk -F. '{printf "%d%02d", $1, $2}' <<<"$version")
+echo "Slurm $version"
+
+probe=$(stage "$DDP_SPANK_PROBE")
+set_plugstack "required $probe"
+
+check_option_callbacks() {
+  local expected=2
+  [ "$series" -lt 2405 ] || expected=1
+  assert_eq "$expected" "$(run_on_cluster srun --probe-count -N1 -n1 printenv SPANK_PROBE_REMOTE_CALLS)" \
+    "remote option callbacks on Slurm $version (twice before 24.05, once since)"
+}
+
+check_step_failures() {
+  local rc=0 expected=0
+  run_on_cluster srun --probe-fail=user_init -N1 -n1 true >"$TEST_DIR/user_init.log" 2>&1 || rc=$?
+  [ "$series" -lt 2311 ] || expected=1
+  assert_eq "$expected" "$rc" "srun's exit status when user_init fails on Slurm $version (0 before 23.11, 1 since)"
+  assert_contains "$(cat "$TEST_DIR/user_init.log")" "failing user_init as asked" "user_init's message reaches srun"
+  rc=0
+  run_on_cluster srun --probe-fail=task_init -N1 -n1 true >/dev/null 2>&1 || rc=$?
+  assert_eq 1 "$rc" "srun's exit status when task_init fails (every version)"
+}
+
+check_batch_user_init_drains() {
+  local job
+  job=$(submit --no-requeue --probe-fail=user_init -N1 -w node1 -o /dev/null --wrap 'srun -N1 true')
+  on_exit resume_nodes
+  # The job's own end differs (22.05: COMPLETED, 24.11: FAILED); the node drains on both.
+  wait_job "$job" >/dev/null
+  assert_match "$(run_on_cluster sinfo -h -N -n node1 -o '%t')" '^drain' "node1 after a batch user_init failure"
+  resume_nodes
+}
+
+# ddp.so reports every problem from task_init, so on every version its refusals end the step with status 1 and
+# drain nothing, in batch jobs too.
+check_ddp_refusals() {
+  set_plugstack "required $DDP_CLUSTER_PLUGIN"
+  assert_fails "a --ddp step whose snapshot directory cannot be made" \
+    run_on_cluster srun --ddp --ddp-snapshot-dir=/proc/no/such -N2 -n2 true
+  assert_contains "$FAILED_OUTPUT" "ddp: snapshot directory '/proc/no/such' cannot be created" "the refusal"
+  local job
+  job=$(submit --no-requeue -N2 -o "$TEST_DIR/batch.out" --wrap \
+    "srun --ddp --ddp-snapshot-dir=/proc/no/such -N2 -n2 true; echo srun=\$?")
+  assert_eq COMPLETED "$(wait_job "$job")" "the batch job around a refused --ddp step"
+  assert_contains "$(cat "$TEST_DIR/batch.out")" "srun=1" "srun's status inside the batch job"
+  assert_eq "" "$(run_on_cluster sinfo -h -t drain,drained,draining,down -o %N)" "no node drained or down"
+}
+
+check_option_callbacks
+check_step_failures
+check_batch_user_init_drains
+check_ddp_refusals
+pass "Slurm $version: option callbacks, step failures, batch drain; ddp.so's refusals drain nothing"
