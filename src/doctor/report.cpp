@@ -20,10 +20,28 @@ std::vector<CheckResult> ordered(const std::vector<CheckResult>& results) {
   return rows;
 }
 
+// Fields come from peers: a terminal escape or a newline among them must reach the terminal as text.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      out += c;
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+      out += escaped;
+    }
+  }
+  return out;
+}
+
 Row table_row(const CheckResult& r) {
   const bool whole_run = r.rank == CheckResult::kWholeRun;
-  return {whole_run ? "(all)" : r.host, whole_run ? "-" : std::to_string(r.rank), r.check, to_string(r.status),
+  Row row{whole_run ? "(all)" : r.host, whole_run ? "-" : std::to_string(r.rank), r.check, to_string(r.status),
           r.value.empty() ? "-" : r.value, r.threshold.empty() ? "-" : r.threshold, r.detail};
+  for (std::string& cell : row) cell = printable(cell);
+  return row;
 }
 
 size_t node_count(const std::vector<CheckResult>& results) {

@@ -5,6 +5,7 @@
 #   2. another user pre-created the snapshot directory 0777: the step is refused with one line; a fresh one is
 #      created by the task, as the user, mode 0700;
 #   4. a --ddp job has one key for all its steps, another job another key, and derived ports follow it;
+#   low: "optional" in plugstack.conf keeps steps without --ddp running when ddp.so is missing;
 #   9. the snapshot directory's file system hangs (ext4 frozen with fsfreeze in node1's mount namespace): the step
 #      fails at the admin's deadline with one line, and the node goes on running steps.
 set -euo pipefail
@@ -107,8 +108,20 @@ check_hung_snapshot_storage() {
   on_node node1 fsfreeze -u "$mnt"
 }
 
+# Low item of issue 12: "required" in plugstack.conf makes a missing ddp.so break every step; "optional" keeps the
+# steps without --ddp running and refuses --ddp.
+check_plugstack_modes() {
+  set_plugstack "optional /nonexistent/ddp.so"
+  run_on_cluster srun -N2 -n2 true || fail "optional: a missing ddp.so broke a step without --ddp"
+  assert_fails "--ddp where ddp.so is missing" run_on_cluster srun --ddp -N1 true
+  set_plugstack "required /nonexistent/ddp.so"
+  assert_fails "required and missing: every step fails" run_on_cluster srun -N1 true
+  set_plugstack "required $DDP_CLUSTER_PLUGIN"
+}
+
 check_hwloc_xmlfile
 check_planted_snapshot_dir
+check_plugstack_modes
 check_job_key
 check_hung_snapshot_storage
 pass "HWLOC_XMLFILE never read in slurmstepd, planted snapshot directory refused, one key per job, hung storage fails at the deadline"
