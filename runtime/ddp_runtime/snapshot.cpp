@@ -229,13 +229,19 @@ SnapshotContent read_snapshot(const SnapshotFile& file) {
   c10::IValue value;
   try {
     value = load_archive(file);
-  } catch (const c10::Error& e) {
+  } catch (const std::bad_alloc&) {
+    throw;  // not the file's fault: it must not be set aside
+  } catch (const std::exception& e) {
+    // c10::Error mostly; LibTorch's unpickler also throws std::runtime_error (a dict keyed by a dict, found by
+    // the corruption sweep in the runtime tests).
     throw SnapshotCorrupt(path + " does not load: " + error_summary(e));
   }
   if (!value.isGenericDict()) throw SnapshotCorrupt(path + " does not hold a dict");
   try {
     return from_dict(value.toGenericDict(), path);
   } catch (const SnapshotCorrupt&) {
+    throw;
+  } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& e) {
     // c10::Error for a value of the wrong type, std::out_of_range from Dict::at for a missing field.
