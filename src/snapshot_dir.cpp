@@ -52,13 +52,15 @@ class DirWalk {
     }
   }
 
+  [[noreturn]] void owned_by_another(const struct stat& info) const {
+    fail("is owned by uid " + std::to_string(info.st_uid) + ", not by you (uid " + std::to_string(geteuid()) +
+         "): its owner could read, replace or delete your snapshots");
+  }
+
   void check_final(int fd) const {
     struct stat info {};
     if (fstat(fd, &info) != 0) fail("cannot be examined " + errno_text(path_));
-    if (info.st_uid != geteuid()) {
-      fail("is owned by uid " + std::to_string(info.st_uid) + ", not by you (uid " + std::to_string(geteuid()) +
-           "): its owner could read, replace or delete your snapshots");
-    }
+    if (info.st_uid != geteuid()) owned_by_another(info);
     if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
       char mode[8];
       std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
@@ -80,12 +82,12 @@ class DirWalk {
     if (fd) return fd;
     const int error = errno;
     struct stat info {};
+    const bool seen = fstatat(parent, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0;
     // O_DIRECTORY | O_NOFOLLOW on a link says ENOTDIR or ELOOP, depending on the kernel.
-    if (last && (error == ELOOP || error == ENOTDIR) && fstatat(parent, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 &&
-        S_ISLNK(info.st_mode)) {
-      fail("is a symbolic link; give the directory it points to");
-    }
+    if (seen && last && S_ISLNK(info.st_mode)) fail("is a symbolic link; give the directory it points to");
+    if (seen && last && S_ISDIR(info.st_mode) && info.st_uid != geteuid()) owned_by_another(info);
     errno = error;
+    if (!seen) fail("cannot be created " + errno_text(prefix));
     if (errno == ENOTDIR) fail(last ? "is not a directory" : "cannot be created: " + quote(prefix) + " is not a directory");
     fail("cannot be opened " + errno_text(prefix));
   }
