@@ -22,7 +22,7 @@ PACKAGES=(
   libtorch-dev libgloo-dev libopenblas0-pthread python3-torch
   libgtest-dev
   iproute2 procps psmisc util-linux shellcheck python3-yaml
-  file dpkg-dev
+  file dpkg-dev bc
 )
 declare -A RELEASE_OF=([debian12]=bookworm [debian13]=trixie)
 STACKS=(debian12 debian13)

@@ -1,7 +1,7 @@
 // Cost of topology-aware binding as the plugin pays it: once per node, hwloc reads the topology and the network
 // view is taken; then every task computes the node plan from that (it needs Slurm's per-task GPU variables),
-// picks its socket interface and its environment, and binds itself. Goal from issue 3: under 1 ms per task
-// after the per-node load.
+// picks its socket interface and its environment, and binds itself. Goal from issue 3 (and 16, with its rules for
+// fewer tasks than GPUs and NUMA-aligned CPU shares): under 1 ms per task after the per-node load.
 #include <unistd.h>
 
 #include <chrono>
@@ -67,14 +67,35 @@ int main(int argc, char** argv) {
   const ddp::NetworkView network = ddp::read_network("127.0.0.1");
   const PerTask eight = per_task_cost(hw, network, 8, sink);
   const PerTask many = per_task_cost(hw, network, 96, sink);
+  // Issue 16's rules: GPU picks when tasks < GPUs (g4dn, 4 of 8), a step restricted to one socket, and CPU-only
+  // shares by NUMA domain where the task count fits neither way (SPR SNC-4: 100 tasks on 8 domains of 14 cores).
+  const std::string data = DDP_TOPOLOGY_DATA;
+  const ddp::NodeHardware g4dn = ddp::load_node_hardware(data + "/aws-g4dn.metal.xml");
+  const ddp::NodeHardware spr = ddp::load_node_hardware(data + "/synthetic-spr-snc4-8xH100-8xcx7.xml");
+  const auto plan_us = [&](const ddp::NodeHardware& node, ddp::PlanRequest request) {
+    return microseconds_per_call(2000, [&](int) { sink += ddp::plan_node(node, request).tasks.size(); });
+  };
+  ddp::PlanRequest picks;
+  picks.tasks = 4;
+  const double picks_us = plan_us(g4dn, picks);
+  ddp::PlanRequest one_socket = picks;
+  one_socket.allowed_cpus = ddp::cpus_of_cores(g4dn, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  const double one_socket_us = plan_us(g4dn, one_socket);
+  ddp::PlanRequest cpu_only;
+  cpu_only.tasks = 100;
+  cpu_only.gpus.whole_node = false;
+  const double numa_us = plan_us(spr, cpu_only);
+  cpu_only.tasks = 96;
+  const double numa96_us = plan_us(spr, cpu_only);
   std::vector<unsigned> own_cpus;
   for (const auto& core : ddp::load_node_hardware().cores) own_cpus.insert(own_cpus.end(), core.begin(), core.end());
   const double bind_us = microseconds_per_call(2000, [&](int) { sink += ddp::apply_cpu_binding(0, own_cpus).size(); });
 
   std::printf("topology_bench: per node: load p4d.24xlarge XML + inventory:      %9.1f us\n", load_p4d_us);
   std::printf("topology_bench: per node: load this system + inventory:           %9.1f us\n", load_system_us);
-  std::printf("topology_bench: per node: load this system from its export:     %9.1f us  (the plugin's topology cache)\n",
-              load_cached_us);
+  std::printf(
+      "topology_bench: per node: load this system from its export:     %9.1f us  (the plugin's topology cache)\n",
+      load_cached_us);
   std::printf("topology_bench: per node: network view (getifaddrs + route):      %9.1f us\n", network_us);
   std::printf("topology_bench: per task: p4d plan of 8 tasks:                    %9.1f us\n", eight.plan_us);
   std::printf(
@@ -82,6 +103,10 @@ int main(int argc, char** argv) {
       eight.total_us, 1000.0 / eight.total_us);
   std::printf("topology_bench: per task: same with 96 tasks (GPUs shared):       %9.1f us  (goal < 1000 us)\n",
               many.total_us);
+  std::printf("topology_bench: per task: g4dn plan, 4 tasks on 8 GPUs (picks):  %9.1f us\n", picks_us);
+  std::printf("topology_bench: per task: same, step on socket 0's cores:         %9.1f us\n", one_socket_us);
+  std::printf("topology_bench: per task: SPR SNC-4 CPU plan, 96 tasks (12/NUMA):%9.1f us\n", numa96_us);
+  std::printf("topology_bench: per task: same, 100 tasks (fewest crossings):    %9.1f us\n", numa_us);
   std::printf("topology_bench: per task: sched_setaffinity within the mask:      %9.1f us\n", bind_us);
   std::printf("topology_bench: (checksum %zu)\n", sink);
   return 0;

@@ -71,7 +71,8 @@ NodeHardware load_hardware(const StepPlan& plan) {
 void export_binding(TaskEnv& env, const EnvPairs& pairs) {
   const bool gres_gpus = env.user_value("SLURM_STEP_GPUS").has_value();
   for (const auto& [name, value] : pairs) {
-    if (gres_gpus && (name == "CUDA_VISIBLE_DEVICES" || name == "CUDA_DEVICE_ORDER")) {
+    const bool slurms = name == "CUDA_VISIBLE_DEVICES" || name == "CUDA_DEVICE_ORDER" || name == "ROCR_VISIBLE_DEVICES";
+    if (gres_gpus && slurms) {
       env.set(name, value);
     } else {
       env.set_default(name, value);
@@ -80,14 +81,25 @@ void export_binding(TaskEnv& env, const EnvPairs& pairs) {
 }
 
 std::string gpu_summary(const NodeHardware& hw, const TaskPlacement& placement) {
-  if (!placement.gpu) return "gpu=none";
-  std::string text = "gpu=cuda:" + std::to_string(placement.cuda_index) + "(" + hw.gpus[*placement.gpu].pci_bus_id + ")";
+  std::string text = "gpu=none";
+  if (placement.gpu) {
+    text = "gpu=cuda:" + std::to_string(placement.cuda_index) + "(" + hw.gpus[*placement.gpu].pci_bus_id + ")";
+  }
   if (placement.nic) {
     text += " nic=" + hw.nets[*placement.nic].name + "(" + to_string(*placement.nic_closeness) + ")";
   }
   if (placement.hca) {
     text += " hca=" + hw.rdma[*placement.hca].name + "(" + to_string(*placement.hca_closeness) + ")";
   }
+  return text;
+}
+
+// Which rule of binding.hpp decided the task's GPU and CPUs, and what it could not do.
+std::string rule_summary(const TaskPlacement& placement) {
+  std::string text = " why(";
+  if (placement.gpu) text += "gpu: " + placement.gpu_rule + "; ";
+  text += "cpus: " + placement.cpu_rule + ")";
+  if (!placement.note.empty()) text += " note(" + placement.note + ")";
   return text;
 }
 
@@ -134,8 +146,9 @@ TaskBinding bind_task(const NodeSetup& node, const StepPlan& plan, const TaskInf
     return binding;
   }
   const NodeHardware& hw = *node.hardware;
-  const GpuAllocation gpus = gpu_allocation_from_slurm(env.user_value("SLURM_STEP_GPUS"),
-                                                       env.user_value("CUDA_VISIBLE_DEVICES"));
+  const std::string visible = visible_devices_variable(hw.gpu_vendor.value_or(GpuVendor::Nvidia));
+  const GpuAllocation gpus =
+      gpu_allocation_from_slurm(env.user_value("SLURM_STEP_GPUS"), env.user_value(visible), visible);
   const NodePlan node_plan = plan_node(hw, PlanRequest{plan.step.local_tasks, gpus, node.allowed_cpus});
   const TaskPlacement& placement = node_plan.tasks.at(task.local_rank);
   std::optional<std::string> closest_nic;
@@ -147,6 +160,7 @@ TaskBinding bind_task(const NodeSetup& node, const StepPlan& plan, const TaskInf
   binding.summary = gpu_summary(hw, placement) + " cpus=" + format_id_list(placement.cpus) +
                     (hw.this_system ? "" : "(not bound: topology from " + hw.source + ")") + " socket=" + socket.name +
                     "(" + to_string(socket.reason) + ")";
+  binding.summary += rule_summary(placement);
   if (!node.allowed_cpus_note.empty()) binding.summary += " step-cores-unknown(" + node.allowed_cpus_note + ")";
   return binding;
 }
@@ -160,8 +174,6 @@ CheckOutcome check_node(const StepPlan& plan, const TaskEnv& env) {
     return exported ? exported : env.user_value(name);
   };
   request.snapshot_dir = env.value("DDP_SNAPSHOT_DIR").value_or(env.user_value("DDP_SNAPSHOT_DIR").value_or(""));
-  request.cuda_visible_devices = env.value("CUDA_VISIBLE_DEVICES");
-  if (!request.cuda_visible_devices) request.cuda_visible_devices = env.user_value("CUDA_VISIBLE_DEVICES");
   request.needs_gpu = plan.backend == Backend::Nccl;
   const std::vector<doctor::CheckResult> results = doctor::run_node_checks(request);
   CheckOutcome outcome;

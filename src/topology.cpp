@@ -21,9 +21,7 @@
 namespace ddp {
 namespace {
 
-constexpr unsigned kNvidiaVendor = 0x10de;
 constexpr unsigned kAmazonVendor = 0x1d0f;
-constexpr unsigned kDisplayClass = 0x03;  // high byte of the PCI class: VGA, 3D, other display controllers
 constexpr unsigned kInfiniBandClass = 0x0207;
 constexpr unsigned kEthernetClass = 0x0200;
 
@@ -56,8 +54,9 @@ TopologyPtr load_topology(const std::optional<std::string>& xml_path, bool xml_i
   // The default filter drops every PCI and OS device, and with them the GPUs and NICs this is all about.
   hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   // Slurm numbers cores over the whole machine; a topology restricted to this process's cgroup would not.
-  hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED |
-                                    (xml_is_this_system ? HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM : 0UL));
+  hwloc_topology_set_flags(
+      raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED |
+               (xml_is_this_system ? static_cast<unsigned long>(HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM) : 0UL));
   // Linux's sysfs gives every PCI, network and RDMA device needed here. The plugins would load libpciaccess
   // (which leaks about 1 KiB per load in hwloc 2.9), OpenCL and CUDA drivers, or open X displays, inside
   // slurmstepd: not for a device list.
@@ -100,10 +99,6 @@ std::string pci_bus_id(const hwloc_obj_t pci) {
 auto pci_order(const hwloc_obj_t pci) {
   const auto& a = pci->attr->pcidev;
   return std::make_tuple(a.domain, a.bus, a.dev, a.func);
-}
-
-bool is_nvidia_gpu(const hwloc_obj_t pci) {
-  return pci->attr->pcidev.vendor_id == kNvidiaVendor && (pci->attr->pcidev.class_id >> 8) == kDisplayClass;
 }
 
 bool is_host_bridge(const hwloc_obj_t obj) {
@@ -196,14 +191,49 @@ bool found_before(const Found& a, const Found& b) {
   return std::strcmp(a.osdev ? a.osdev->name : "", b.osdev ? b.osdev->name : "") < 0;
 }
 
-std::vector<Found> find_gpus(hwloc_topology_t topology) {
-  std::vector<Found> gpus;
+// A PCI function as gpus.hpp classifies it, with the ROCm SMI and OpenCL devices hwloc found under it.
+PciFunction pci_function(const hwloc_obj_t pci) {
+  PciFunction function;
+  function.bus_id = pci_bus_id(pci);
+  function.vendor_id = pci->attr->pcidev.vendor_id;
+  function.class_id = pci->attr->pcidev.class_id;
+  for (hwloc_obj_t osdev = pci->io_first_child; osdev != nullptr; osdev = osdev->next_sibling) {
+    if (osdev->type != HWLOC_OBJ_OS_DEVICE || osdev->name == nullptr) continue;
+    const std::string name = osdev->name;
+    const auto rsmi =
+        name.rfind("rsmi", 0) == 0 ? parse_uint(std::string_view(name).substr(4), 1u << 16) : std::nullopt;
+    if (rsmi) function.rsmi_index = static_cast<unsigned>(*rsmi);
+    const char* type = hwloc_obj_get_info_by_name(osdev, "OpenCLDeviceType");
+    if (name.rfind("opencl", 0) == 0 && type != nullptr && std::strcmp(type, "GPU") == 0) function.opencl_gpu = true;
+  }
+  return function;
+}
+
+struct FoundGpus {
+  std::vector<std::pair<GpuDevice, hwloc_obj_t>> planned;  // of the planned vendor, in its numbering
+  std::optional<GpuVendor> vendor;
+  std::vector<std::string> unplanned;
+};
+
+FoundGpus find_gpus(hwloc_topology_t topology) {
+  std::vector<PciFunction> functions;
+  std::map<std::string, hwloc_obj_t> by_bus_id;
   for (hwloc_obj_t pci = hwloc_get_next_pcidev(topology, nullptr); pci != nullptr;
        pci = hwloc_get_next_pcidev(topology, pci)) {
-    if (is_nvidia_gpu(pci)) gpus.push_back({pci, nullptr});
+    functions.push_back(pci_function(pci));
+    by_bus_id.emplace(functions.back().bus_id, pci);
   }
-  std::sort(gpus.begin(), gpus.end(), found_before);
-  return gpus;
+  FoundGpus found;
+  const std::vector<GpuDevice> gpus = enumerate_gpus(functions);
+  found.vendor = planned_vendor(gpus);
+  for (const GpuDevice& gpu : gpus) {
+    if (gpu.vendor == found.vendor) {
+      found.planned.emplace_back(gpu, by_bus_id.at(gpu.pci.bus_id));
+    } else {
+      found.unplanned.push_back(gpu.pci.bus_id);
+    }
+  }
+  return found;
 }
 
 std::vector<Found> find_osdevs(hwloc_topology_t topology, hwloc_obj_osdev_type_t type) {
@@ -232,7 +262,13 @@ class Inventory {
     hw_.packages = static_cast<unsigned>(std::max(0, hwloc_get_nbobjs_by_type(topology_, HWLOC_OBJ_PACKAGE)));
     hw_.pus = static_cast<unsigned>(std::max(0, hwloc_get_nbobjs_by_type(topology_, HWLOC_OBJ_PU)));
     read_cores();
-    gpus_ = find_gpus(topology_);
+    FoundGpus gpus = find_gpus(topology_);
+    hw_.gpu_vendor = gpus.vendor;
+    hw_.unplanned_gpus = std::move(gpus.unplanned);
+    for (const auto& [device, pci] : gpus.planned) {
+      gpu_devices_.push_back(device);
+      gpus_.push_back({pci, nullptr});
+    }
     nets_ = find_osdevs(topology_, HWLOC_OBJ_OSDEV_NETWORK);
     rdma_ = find_osdevs(topology_, HWLOC_OBJ_OSDEV_OPENFABRICS);
     read_rdma();
@@ -299,8 +335,13 @@ class Inventory {
       gpu.pci_bus_id = pci_bus_id(pci);
       const char* model = hwloc_obj_get_info_by_name(pci, "PCIDevice");
       gpu.model = model != nullptr ? model : "";
-      gpu.device_number = static_cast<unsigned>(g);
-      gpu.locality = locality_of(hwloc_get_non_io_ancestor_obj(topology_, pci)->cpuset);
+      gpu.vendor = gpu_devices_[g].vendor;
+      gpu.device_number = gpu_devices_[g].index;
+      const hwloc_obj_t cpu_side = hwloc_get_non_io_ancestor_obj(topology_, pci);
+      gpu.locality = locality_of(cpu_side->cpuset);
+      for (hwloc_obj_t obj = cpu_side; obj != nullptr; obj = obj->parent) {
+        if (obj->type == HWLOC_OBJ_PACKAGE) gpu.package = obj->logical_index;
+      }
       for (const Found& other : gpus_) gpu.to_gpu.push_back(device_closeness(pci, other.anchor));
       for (const Found& net : nets_) gpu.to_net.push_back(device_closeness(pci, net.anchor));
       for (const Found& device : rdma_) gpu.to_rdma.push_back(device_closeness(pci, device.anchor));
@@ -369,11 +410,13 @@ class Inventory {
   hwloc_topology_t topology_;
   NodeHardware hw_;
   std::vector<Found> gpus_, nets_, rdma_;
+  std::vector<GpuDevice> gpu_devices_;  // beside gpus_
   std::vector<size_t> core_of_cpu_;
   std::map<std::vector<unsigned>, size_t> locality_index_;
 };
 
 void apply_driver_device_numbers(NodeHardware& hw) {
+  if (hw.gpu_vendor != GpuVendor::Nvidia) return;
   for (const auto& [bus_id, number] : read_nvidia_device_numbers()) {
     for (Gpu& gpu : hw.gpus) {
       if (gpu.pci_bus_id == bus_id) gpu.device_number = number;

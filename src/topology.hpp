@@ -1,11 +1,14 @@
 #pragma once
 // What the plugin needs to know about a node's hardware, read once per node from hwloc (the running system or
-// an XML export) and kept as plain values: NVIDIA GPUs, network interfaces, RDMA devices, cores, and how close
-// each GPU is to each device. hwloc itself stays inside topology.cpp; nothing here holds hwloc objects.
+// an XML export) and kept as plain values: GPUs (NVIDIA or AMD, found as gpus.hpp says), network interfaces,
+// RDMA devices, cores, and how close each GPU is to each device. hwloc itself stays inside topology.cpp; nothing
+// here holds hwloc objects.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "gpus.hpp"
 
 namespace ddp {
 
@@ -25,15 +28,19 @@ const char* to_string(Closeness closeness);  // "PIX", "PXB", "PHB", "NODE", "PK
 using DeviceIndex = size_t;
 
 struct Gpu {
-  std::string pci_bus_id;          // "0000:10:1c.0"
-  std::string model;               // the PCI database name, e.g. "GA100 [A100 SXM4 40GB]"; may be empty
-  unsigned device_number = 0;      // N of /dev/nvidiaN, which Slurm's gres/gpu lists in SLURM_STEP_GPUS
-  size_t locality = 0;             // into NodeHardware::localities: the CPUs nearest to the GPU
-  std::vector<Closeness> to_gpu;   // per NodeHardware::gpus (to itself: PIX)
-  std::vector<Closeness> to_net;   // per NodeHardware::nets
-  std::vector<Closeness> to_rdma;  // per NodeHardware::rdma
-  std::optional<DeviceIndex> nic;  // the closest network interface, spread over equally close ones
-  std::optional<DeviceIndex> hca;  // the closest RDMA device, likewise
+  std::string pci_bus_id;  // "0000:10:1c.0"
+  std::string model;       // the PCI database name, e.g. "GA100 [A100 SXM4 40GB]"; may be empty
+  GpuVendor vendor = GpuVendor::Nvidia;
+  // The number Slurm's gres/gpu lists in SLURM_STEP_GPUS: NVIDIA's N of /dev/nvidiaN (from the driver, else bus
+  // order); AMD's ROCm SMI index (gpus.hpp).
+  unsigned device_number = 0;
+  size_t locality = 0;              // into NodeHardware::localities: the CPUs nearest to the GPU
+  std::optional<unsigned> package;  // logical index of the package (socket) holding them; nullopt: the machine
+  std::vector<Closeness> to_gpu;    // per NodeHardware::gpus (to itself: PIX)
+  std::vector<Closeness> to_net;    // per NodeHardware::nets
+  std::vector<Closeness> to_rdma;   // per NodeHardware::rdma
+  std::optional<DeviceIndex> nic;   // the closest network interface, spread over equally close ones
+  std::optional<DeviceIndex> hca;   // the closest RDMA device, likewise
 };
 
 struct NetInterface {
@@ -78,11 +85,15 @@ struct NodeHardware {
   unsigned pus = 0;
   // Cores in hwloc's logical order, which is Slurm's core numbering (S_STEP_ALLOC_CORES); each with its OS CPU ids.
   std::vector<std::vector<unsigned>> cores;
-  std::vector<Gpu> gpus;             // NVIDIA GPUs in PCI bus order: CUDA's order with CUDA_DEVICE_ORDER=PCI_BUS_ID
-  std::vector<NetInterface> nets;    // in PCI bus order, interfaces outside PCI last
-  std::vector<RdmaDevice> rdma;      // in PCI bus order
-  std::vector<NumaNode> numa_nodes;  // in OS index order
-  std::vector<Locality> localities;  // distinct; shared by GPUs and NUMA nodes with the same CPUs
+  // The GPUs tasks are planned for, all of gpu_vendor, in its runtime's numbering (gpus.hpp): index g is
+  // cuda:g with CUDA_DEVICE_ORDER=PCI_BUS_ID, or ROCm's device g.
+  std::vector<Gpu> gpus;
+  std::optional<GpuVendor> gpu_vendor;      // nullopt: no GPU
+  std::vector<std::string> unplanned_gpus;  // PCI bus ids of another vendor's GPUs on a mixed node
+  std::vector<NetInterface> nets;           // in PCI bus order, interfaces outside PCI last
+  std::vector<RdmaDevice> rdma;             // in PCI bus order
+  std::vector<NumaNode> numa_nodes;         // in OS index order
+  std::vector<Locality> localities;         // distinct; shared by GPUs and NUMA nodes with the same CPUs
 };
 
 // Reads the topology of `xml_path`, else of $HWLOC_XMLFILE when set, else of the running system, with its

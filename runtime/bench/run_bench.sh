@@ -24,7 +24,7 @@ trap 'rm -rf "$WORK"' EXIT
 two_ranks() {
   local port=$((20000 + RANDOM % 10000)) rank
   for rank in 0 1; do
-    env RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    env RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port USE_LIBUV=0 \
         OMP_NUM_THREADS=1 "$@" >"$WORK/rank$rank.log" 2>&1 &
   done
   wait

@@ -25,8 +25,9 @@ std::vector<CheckResult> storage_checks(const NodeCheckRequest& request) {
 }
 
 std::vector<CheckResult> gpu_checks(const NodeCheckRequest& request) {
-  const auto gpus = scan_nvidia_gpus(request.sysfs_root);
-  return {check_visible_gpus(gpus.size(), request.cuda_visible_devices, request.needs_gpu), check_gpu_drivers(gpus)};
+  const NodeGpus node = scan_gpus(request.sysfs_root);
+  return {check_visible_gpus(node, or_empty(request.env)(node.visible_variable()), request.needs_gpu),
+          check_gpu_drivers(node)};
 }
 
 // A fault of the checks themselves is reported as a FAIL rather than thrown into slurmstepd.

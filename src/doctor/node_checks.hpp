@@ -16,11 +16,12 @@ namespace ddp::doctor {
 struct NodeCheckRequest {
   std::string master_addr;                // MASTER_ADDR; empty: net.* checks are skipped
   std::optional<std::string> interface;   // the socket interface forced for the tasks; unset: see choose_interface
-  EnvLookup env;                          // the tasks' environment (GLOO_/NCCL_SOCKET_IFNAME); may be empty
+  // The tasks' environment as they will see it (GLOO_/NCCL_SOCKET_IFNAME, CUDA_VISIBLE_DEVICES or
+  // ROCR_VISIBLE_DEVICES: unset means every GPU); may be empty.
+  EnvLookup env;
   std::string snapshot_dir;               // DDP_SNAPSHOT_DIR; empty: storage.* checks are skipped
   uint64_t snapshot_bytes = 0;            // 0: the newest file in snapshot_dir, else 1 GiB
-  std::optional<std::string> cuda_visible_devices;  // as the tasks will see it; unset: every GPU
-  bool needs_gpu = false;                 // the backend is NCCL: no usable GPU is a FAIL
+  bool needs_gpu = false;                 // the backend is NCCL (RCCL): no usable GPU is a FAIL
   double min_link_gbps = 10;
   std::string sysfs_root = "/sys";
 };

@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-#include <algorithm>
 #include <memory>
 
 namespace ddp::doctor {
@@ -25,8 +24,6 @@ using HandleFn = int (*)(unsigned, NvmlDevice*);
 using NameFn = int (*)(NvmlDevice, char*, unsigned);
 using MemoryFn = int (*)(NvmlDevice, NvmlMemory*);
 using ErrorStringFn = const char* (*)(int);
-
-constexpr double kUsedMemoryWarnFraction = 0.10;
 
 struct Library {
   explicit Library(const std::string& path) : handle(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {}
@@ -93,41 +90,6 @@ std::string read_info(const Api& api, NvmlInfo& info) {
   return "";
 }
 
-CheckResult driver_result(const NvmlInfo& info, size_t pci_gpus, size_t usable) {
-  std::string value = "driver " + info.driver_version + ", CUDA " + cuda_version_text(info.cuda_version) + ", " +
-                      std::to_string(info.gpus.size()) + " GPU(s)";
-  if (!info.gpus.empty()) value += " " + info.gpus.front().name;
-  const std::string threshold = "sees >= " + std::to_string(usable) + " usable GPU(s)";
-  // Under Slurm's ConstrainDevices the driver sees only the job's GPUs, so fewer than on the bus is normal;
-  // fewer than the task should use is not.
-  if (info.gpus.size() < usable) {
-    return make_result("gpu.driver", Status::Fail, value, threshold,
-                       "the driver sees " + std::to_string(info.gpus.size()) + " of the " + std::to_string(pci_gpus) +
-                           " GPUs on the PCI bus: a GPU fell off the bus or failed to start; check dmesg for Xid "
-                           "errors and nvidia-smi, then drain the node");
-  }
-  return make_result("gpu.driver", Status::Ok, value, threshold);
-}
-
-CheckResult memory_result(const NvmlInfo& info) {
-  std::string busy;
-  uint64_t most_used = 0;
-  for (size_t i = 0; i < info.gpus.size(); ++i) {
-    const auto& gpu = info.gpus[i];
-    most_used = std::max<uint64_t>(most_used, gpu.memory_used);
-    if (gpu.memory_total > 0 && gpu.memory_used > kUsedMemoryWarnFraction * static_cast<double>(gpu.memory_total)) {
-      busy += (busy.empty() ? "" : ", ") + std::string("GPU ") + std::to_string(i) + " " +
-              format_bytes(gpu.memory_used) + " of " + format_bytes(gpu.memory_total);
-    }
-  }
-  const std::string value = "most used " + format_bytes(most_used);
-  const std::string threshold = "<= " + format_fixed(kUsedMemoryWarnFraction * 100, 0) + "% in use";
-  if (busy.empty()) return make_result("gpu.memory", Status::Ok, value, threshold);
-  return make_result("gpu.memory", Status::Warn, value, threshold,
-                     "already in use before training: " + busy +
-                         "; another job or a leftover process holds it (nvidia-smi lists the processes)");
-}
-
 }  // namespace
 
 NvmlQuery query_nvml(const std::string& library_path) {
@@ -137,6 +99,7 @@ NvmlQuery query_nvml(const std::string& library_path) {
     query.error = "cannot load " + library_path + " (the NVIDIA driver is not installed here)";
     return query;
   }
+  query.loaded = true;
   const auto api = bind(library);
   if (!api) {
     query.error = library_path + " lacks NVML entry points this tool uses (driver too old)";
@@ -153,14 +116,21 @@ NvmlQuery query_nvml(const std::string& library_path) {
   return query;
 }
 
-std::vector<CheckResult> check_nvml(const NvmlQuery& query, size_t pci_gpus, size_t usable) {
-  if (!query.info) {
-    if (pci_gpus == 0) return {skipped("gpu.driver", "no NVIDIA GPU on the PCI bus; " + query.error)};
-    return {make_result("gpu.driver", Status::Fail, "no NVML", "driver loaded",
-                        "this node has " + std::to_string(pci_gpus) + " NVIDIA GPU(s) but " + query.error +
-                            "; install the NVIDIA driver that matches your CUDA")};
+DriverQuery driver_query(const NvmlQuery& query) {
+  DriverQuery converted;
+  converted.loaded = query.loaded;
+  converted.error = query.error;
+  if (query.info) {
+    DriverReport report;
+    report.versions = "driver " + query.info->driver_version + ", CUDA " + cuda_version_text(query.info->cuda_version);
+    for (const NvmlGpu& gpu : query.info->gpus) report.gpus.push_back({gpu.name, gpu.memory_total, gpu.memory_used});
+    converted.report = std::move(report);
   }
-  return {driver_result(*query.info, pci_gpus, usable), memory_result(*query.info)};
+  return converted;
+}
+
+std::vector<CheckResult> check_nvml(const NvmlQuery& query, size_t pci_gpus, size_t usable) {
+  return check_driver_report(driver_query(query), GpuVendor::Nvidia, pci_gpus, usable);
 }
 
 std::string cuda_version_text(int version) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "doctor/check.hpp"
+#include "doctor/gpu.hpp"
 
 namespace ddp::doctor {
 
@@ -24,7 +25,8 @@ struct NvmlInfo {
 
 struct NvmlQuery {
   std::optional<NvmlInfo> info;
-  std::string error;  // why info is missing: library not found, nvmlInit failed, ...
+  bool loaded = false;  // the library was found
+  std::string error;    // why info is missing: library not found, nvmlInit failed, ...
 };
 
 inline constexpr const char* kNvmlLibrary = "libnvidia-ml.so.1";
@@ -32,8 +34,8 @@ inline constexpr const char* kNvmlLibrary = "libnvidia-ml.so.1";
 // Loads `library` with dlopen, reads versions and per-GPU memory, and unloads it again.
 NvmlQuery query_nvml(const std::string& library = kNvmlLibrary);
 
-// gpu.driver: versions, and whether the driver sees the GPUs the task should use (`usable`) of the `pci_gpus`
-// on the bus. gpu.memory: memory already in use on a GPU before training starts.
+// The query as gpu.hpp's checks take it, and those checks (check_driver_report) for NVIDIA GPUs.
+DriverQuery driver_query(const NvmlQuery& query);
 std::vector<CheckResult> check_nvml(const NvmlQuery& query, size_t pci_gpus, size_t usable);
 
 // 12040 -> "12.4"

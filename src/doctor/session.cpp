@@ -12,7 +12,6 @@
 #include "doctor/gpu.hpp"
 #include "doctor/link_test.hpp"
 #include "doctor/node_checks.hpp"
-#include "doctor/nvml.hpp"
 #include "doctor/peers.hpp"
 #include "doctor/shared_dir.hpp"
 #include "doctor/storage.hpp"
@@ -52,7 +51,6 @@ NodeCheckRequest node_request(const DoctorRun& run) {
   request.env = run.env;
   request.snapshot_dir = snapshot_dir_of(run);
   request.snapshot_bytes = run.options.snapshot_bytes;
-  request.cuda_visible_devices = run.env("CUDA_VISIBLE_DEVICES");
   request.needs_gpu = run.launch.nccl_backend;
   request.min_link_gbps = run.options.thresholds.min_net_gbps;
   return request;
@@ -95,10 +93,9 @@ std::vector<CheckResult> data_dir_checks(const std::string& dir) {
 }
 
 std::vector<CheckResult> gpu_driver_checks(const DoctorRun& run) {
-  const auto pci = scan_nvidia_gpus("/sys");
-  const VisibleGpus visible = parse_visible_devices(run.env("CUDA_VISIBLE_DEVICES"));
-  const size_t usable = visible.all ? pci.size() : visible.entries.size();
-  return check_nvml(query_nvml(), pci.size(), usable);
+  const NodeGpus node = scan_gpus("/sys");
+  const VisibleGpus visible = parse_visible_devices(run.env(node.visible_variable()));
+  return check_gpu_libraries(node, visible.all ? node.gpus.size() : visible.entries.size());
 }
 
 std::vector<CheckResult> node_leader_checks(const DoctorRun& run) {
@@ -193,8 +190,8 @@ std::vector<CheckResult> local_checks(const DoctorRun& run) {
     results = node_leader_checks(run);
   } else {
     // The node's checks belong to its leader; this task's own GPU view may still differ.
-    results.push_back(check_visible_gpus(scan_nvidia_gpus("/sys").size(), run.env("CUDA_VISIBLE_DEVICES"),
-                                         run.launch.nccl_backend));
+    const NodeGpus node = scan_gpus("/sys");
+    results.push_back(check_visible_gpus(node, run.env(node.visible_variable()), run.launch.nccl_backend));
   }
   const unsigned cores = usable_cores();
   results.push_back(check_cores(cores, run.options.workers));

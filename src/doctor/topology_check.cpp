@@ -40,7 +40,7 @@ std::string task_line(const NodeHardware& hardware, const TaskPlacement& task, s
 
 CheckResult check_gpu_nic_closeness(const NodeHardware& hardware) {
   const std::string check = "topo.gpu_nic";
-  if (hardware.gpus.empty()) return skipped(check, "no NVIDIA GPU in the topology");
+  if (hardware.gpus.empty()) return skipped(check, "no GPU in the topology");
   std::string across;
   size_t far = 0;
   Closeness worst = Closeness::Pix;

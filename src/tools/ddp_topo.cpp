@@ -20,10 +20,12 @@ namespace {
 constexpr const char* kUsage =
     "usage: ddp-topo [--xml FILE] [--tasks N] [--gpus LIST [--constrain-devices]] [--cpus LIST | --cores LIST]\n"
     "                [--master ADDR] [--nic NAME] [--matrix] [--json]\n"
-    "Prints the GPU, NIC, HCA and CPUs srun --ddp gives each task of a node, and what each task exports.\n"
+    "Prints the GPU, NIC, HCA and CPUs srun --ddp gives each task of a node, the rule that chose them, and what\n"
+    "each task exports.\n"
     "  --xml FILE            read an hwloc XML export (lstopo --of xml) instead of this machine ($HWLOC_XMLFILE too)\n"
     "  --tasks N             tasks on the node (default: one per GPU, or 1 without GPUs)\n"
-    "  --gpus LIST           GPUs Slurm gave the step, as SLURM_STEP_GPUS: /dev/nvidiaN numbers, e.g. 0-3\n"
+    "  --gpus LIST           GPUs Slurm gave the step, as SLURM_STEP_GPUS: /dev/nvidiaN numbers (AMD: ROCm SMI\n"
+    "                        indices), e.g. 0-3\n"
     "  --constrain-devices   as under ConstrainDevices=yes: tasks see only those GPUs, numbered from 0\n"
     "  --cpus LIST           CPU ids the step may use, e.g. 0-11,48-59 (default: all)\n"
     "  --cores LIST          Slurm core ids the step got, as S_STEP_ALLOC_CORES, e.g. 0-5,24-29\n"
@@ -189,9 +191,14 @@ std::string env_text(const ddp::EnvPairs& env) {
 
 void print_summary(const Report& report) {
   const ddp::NodeHardware& hw = report.hw;
-  std::printf("%s: %u packages, %zu NUMA nodes, %zu cores, %u CPUs; %zu NVIDIA GPUs, %zu NICs, %zu RDMA devices\n",
+  std::printf("%s: %u packages, %zu NUMA nodes, %zu cores, %u CPUs; %zu %s GPUs, %zu NICs, %zu RDMA devices\n",
               hw.source.c_str(), hw.packages, hw.numa_nodes.size(), hw.cores.size(), hw.pus, hw.gpus.size(),
-              hw.nets.size(), hw.rdma.size());
+              hw.gpu_vendor ? ddp::to_string(*hw.gpu_vendor) : "NVIDIA or AMD", hw.nets.size(), hw.rdma.size());
+  if (!hw.unplanned_gpus.empty()) {
+    std::string others;
+    for (const std::string& bus_id : hw.unplanned_gpus) others += (others.empty() ? "" : " ") + bus_id;
+    std::printf("not planned: the other vendor's GPUs %s\n", others.c_str());
+  }
   std::printf("plan: %s\n\n", report.plan.rule.c_str());
 }
 
@@ -217,6 +224,13 @@ void print_tasks(const Report& report) {
         cell(or_dash(hca_name(report, task.hca)), 14) + cell(or_dash(closeness_name(task.hca_closeness)), 5);
     if (socket) row += cell(socket->name + " (" + ddp::to_string(socket->reason) + ")", 26);
     std::printf("%s%s\n", row.c_str(), ddp::format_id_list(task.cpus).c_str());
+  }
+  std::printf("\n");
+  for (size_t r = 0; r < report.plan.tasks.size(); ++r) {
+    const ddp::TaskPlacement& task = report.plan.tasks[r];
+    if (task.gpu) std::printf("task %zu GPU:  %s\n", r, task.gpu_rule.c_str());
+    std::printf("task %zu CPUs: %s\n", r, task.cpu_rule.c_str());
+    if (!task.note.empty()) std::printf("task %zu note: %s\n", r, task.note.c_str());
   }
   std::printf("\n");
   for (size_t r = 0; r < report.env.size(); ++r)
@@ -261,10 +275,11 @@ std::string json_string(const std::string& text) {
 std::string json_or_null(const std::optional<std::string>& text) { return text ? json_string(*text) : "null"; }
 
 std::string json_hardware(const ddp::NodeHardware& hw) {
-  std::string out = "\"source\":" + json_string(hw.source) + ",\"packages\":" + std::to_string(hw.packages) +
-                    ",\"numa_nodes\":" + std::to_string(hw.numa_nodes.size()) +
-                    ",\"cores\":" + std::to_string(hw.cores.size()) + ",\"cpus\":" + std::to_string(hw.pus) +
-                    ",\"gpus\":[";
+  std::string out =
+      "\"source\":" + json_string(hw.source) + ",\"packages\":" + std::to_string(hw.packages) + ",\"gpu_vendor\":" +
+      json_or_null(hw.gpu_vendor ? std::optional<std::string>(ddp::to_string(*hw.gpu_vendor)) : std::nullopt) +
+      ",\"numa_nodes\":" + std::to_string(hw.numa_nodes.size()) + ",\"cores\":" + std::to_string(hw.cores.size()) +
+      ",\"cpus\":" + std::to_string(hw.pus) + ",\"gpus\":[";
   for (size_t g = 0; g < hw.gpus.size(); ++g) {
     const ddp::Gpu& gpu = hw.gpus[g];
     out += std::string(g ? "," : "") + "{\"index\":" + std::to_string(g) +
@@ -299,7 +314,10 @@ std::string json_task(const Report& report, size_t r) {
       ",\"nic_closeness\":" + json_or_null(closeness_name(task.nic_closeness)) +
       ",\"hca\":" + json_or_null(hca_name(report, task.hca)) +
       ",\"hca_closeness\":" + json_or_null(closeness_name(task.hca_closeness)) +
-      ",\"cpus\":" + json_string(ddp::format_id_list(task.cpus));
+      ",\"cpus\":" + json_string(ddp::format_id_list(task.cpus)) +
+      ",\"gpu_rule\":" + json_or_null(gpu ? std::optional<std::string>(task.gpu_rule) : std::nullopt) +
+      ",\"cpu_rule\":" + json_string(task.cpu_rule) +
+      ",\"note\":" + json_or_null(task.note.empty() ? std::nullopt : std::optional<std::string>(task.note));
   const auto& socket = report.sockets[r];
   out += ",\"socket_interface\":" + json_or_null(socket ? std::optional<std::string>(socket->name) : std::nullopt) +
          ",\"socket_reason\":" +
@@ -313,7 +331,8 @@ std::string json_task(const Report& report, size_t r) {
 
 void print_json(const Report& report) {
   std::string out = "{" + json_hardware(report.hw) + ",\"plan\":{\"rule\":" + json_string(report.plan.rule) +
-                    ",\"cuda_visible_devices\":" + json_string(report.plan.cuda_visible_devices) + ",\"tasks\":[";
+                    ",\"visible_devices_variable\":" + json_string(report.plan.visible_devices_variable) +
+                    ",\"visible_devices\":" + json_string(report.plan.visible_devices) + ",\"tasks\":[";
   for (size_t r = 0; r < report.plan.tasks.size(); ++r) out += std::string(r ? "," : "") + json_task(report, r);
   std::printf("%s]}}\n", out.c_str());
 }

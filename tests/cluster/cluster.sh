@@ -415,6 +415,32 @@ setup_network() {
     add_node_nic "$k" 0 "$BRIDGE0" "$NET0"
     add_node_nic "$k" 1 "$BRIDGE1" "$NET1"
   done
+  add_static_neighbours
+}
+
+mac_of() { sed -n 's|.*link/ether \([0-9a-f:]*\).*|\1|p'; }  # of `ip -o link show` lines
+node_mac() { ip -n "$NETNS_PREFIX$1" -o link show dev "$2" | mac_of; }
+
+# Every address of the cluster is a permanent neighbour everywhere: no ARP. When every rank of a wide step connects
+# to every other at once, ARP broadcasts flood the bridges, and under load some were dropped until a connection
+# failed with "No route to host" (Gloo of Debian's PyTorch does not retry a failed connect).
+add_static_neighbours() {
+  local k j batch
+  local -a mac0 mac1
+  for k in $(seq "$NODES"); do
+    mac0[k]=$(node_mac "$k" eth0)
+    mac1[k]=$(node_mac "$k" eth1)
+    ip neigh replace "$NET0.$k" lladdr "${mac0[k]}" dev "$BRIDGE0" nud permanent
+  done
+  for k in $(seq "$NODES"); do
+    batch="neigh replace $NET0.$HOST_OCTET lladdr $(ip -o link show dev "$BRIDGE0" | mac_of) dev eth0 nud permanent"$'\n'
+    for j in $(seq "$NODES"); do
+      [ "$j" = "$k" ] && continue
+      batch+="neigh replace $NET0.$j lladdr ${mac0[j]} dev eth0 nud permanent"$'\n'
+      batch+="neigh replace $NET1.$j lladdr ${mac1[j]} dev eth1 nud permanent"$'\n'
+    done
+    ip -n "$NETNS_PREFIX$k" -batch - <<<"$batch"
+  done
 }
 
 add_hosts_lines() {

@@ -55,7 +55,10 @@ TEST_F(NodeChecks, HealthyNodeRunsEveryCheapCheck) {
 TEST_F(NodeChecks, EachProblemIsItsOwnFail) {
   request_.master_addr = "ddp-doctor-no-such-host.invalid";
   request_.interface = "ddpnosuch0";
-  request_.cuda_visible_devices = "1";
+  request_.env = [](const std::string& name) -> std::optional<std::string> {
+    if (name == "CUDA_VISIBLE_DEVICES") return "1";  // the node has one GPU: 0
+    return std::nullopt;
+  };
   request_.snapshot_dir = snapshots_ / "missing";
   const auto results = run_node_checks(request_);
   EXPECT_EQ(find_check(results, "net.master_addr")->status, Status::Fail);

@@ -35,8 +35,17 @@ TEST(TopologyCheck, P4dHasANicUnderEveryGpusHostBridge) {
   EXPECT_EQ(result.value, "worst PHB over 8 GPU(s)");
 }
 
-TEST(TopologyCheck, NodesWithoutNvidiaGpusOrNicsAreSkipped) {
-  EXPECT_EQ(check_gpu_nic_closeness(hardware("amd-epyc-8xMI50-1xmlx5.xml")).status, Status::Skip);
+TEST(TopologyCheck, AmdGpusOfTheSocketWithoutTheHcaAreNamed) {
+  // The MI50 node's ConnectX-6 and Ethernet ports are all on package 1: package 0's four GPUs reach them across.
+  const CheckResult result = check_gpu_nic_closeness(hardware("amd-epyc-8xMI50-1xmlx5.xml"));
+  EXPECT_EQ(result.status, Status::Warn);
+  EXPECT_TRUE(contains(result.detail, "4 GPU(s) have no NIC on their socket: 0000:63:00.0")) << result.detail;
+}
+
+TEST(TopologyCheck, NodesWithoutGpusOrNicsAreSkipped) {
+  const CheckResult no_gpus = check_gpu_nic_closeness(hardware("synthetic-knl7250-snc4-flat.xml"));
+  EXPECT_EQ(no_gpus.status, Status::Skip);
+  EXPECT_EQ(no_gpus.detail, "no GPU in the topology");
   const CheckResult no_nics = check_gpu_nic_closeness(hardware("nvidia-dgx2h-16xV100.xml"));
   EXPECT_EQ(no_nics.status, Status::Skip);
   EXPECT_EQ(no_nics.detail, "no PCI network device in the topology");

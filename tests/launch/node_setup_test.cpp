@@ -94,7 +94,7 @@ TEST(NodeSetup, SlurmsGpuListIsReplacedButTheUsersInterfaceIsKept) {
   TaskEnv env(user_env({{"SLURM_STEP_GPUS", "6,7"}, {"CUDA_VISIBLE_DEVICES", "6,7"}, {"NCCL_SOCKET_IFNAME", "ens32"}}));
   bind_task(node, plan, {1, 1}, env);
   const NodePlan expected = plan_node(*node.hardware, PlanRequest{2, gpu_allocation_from_slurm("6,7", "6,7"), {}});
-  EXPECT_EQ(var(env, "CUDA_VISIBLE_DEVICES").value, expected.cuda_visible_devices);
+  EXPECT_EQ(var(env, "CUDA_VISIBLE_DEVICES").value, expected.visible_devices);
   EXPECT_EQ(var(env, "CUDA_VISIBLE_DEVICES").origin, Origin::Plugin);
   EXPECT_EQ(var(env, "NCCL_SOCKET_IFNAME").value, "ens32");
   EXPECT_EQ(var(env, "NCCL_SOCKET_IFNAME").origin, Origin::User);

@@ -24,6 +24,9 @@ inline const NodeHardware& dgx2h() { return fixture("nvidia-dgx2h-16xV100.xml");
 inline const NodeHardware& p100_node() { return fixture("intel-e5v4-2xP100-1xmlx5.xml"); }
 inline const NodeHardware& threadripper() { return fixture("threadripper-nvidia+amd-gpu-hwloc1.xml"); }
 inline const NodeHardware& mi50_node() { return fixture("amd-epyc-8xMI50-1xmlx5.xml"); }
+// Synthetic (data/README.md): shapes no saved export has.
+inline const NodeHardware& knl() { return fixture("synthetic-knl7250-snc4-flat.xml"); }
+inline const NodeHardware& spr_snc4() { return fixture("synthetic-spr-snc4-8xH100-8xcx7.xml"); }
 
 // Expected CPU sets are written the way lstopo and taskset print them.
 inline std::vector<unsigned> ids(const std::string& list) { return parse_id_list(list, "test list"); }

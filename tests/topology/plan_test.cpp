@@ -48,7 +48,7 @@ TEST(Plan, P4dOneGpuPerTaskWithTheEfaAndEnaOfItsHostBridge) {
   const NodeHardware& hw = test::p4d();
   const NodePlan plan = plan_node(hw, tasks(8));
   EXPECT_EQ(plan.rule, "8 tasks, 8 GPUs: one GPU per task");
-  EXPECT_EQ(plan.cuda_visible_devices, "0,1,2,3,4,5,6,7");
+  EXPECT_EQ(plan.visible_devices, "0,1,2,3,4,5,6,7");
   ASSERT_EQ(plan.tasks.size(), 8u);
   for (unsigned r = 0; r < 8; ++r) {
     EXPECT_EQ(plan.tasks[r].gpu, std::optional<DeviceIndex>(r));
@@ -102,7 +102,7 @@ TEST(Plan, G4dnSocketZeroGpusReachTheOnlyNicAcrossSockets) {
 TEST(Plan, Dgx2hSixteenTasksOnFourCpusShareThemRoundRobin) {
   const NodeHardware& hw = test::dgx2h();
   const NodePlan plan = plan_node(hw, tasks(16));
-  EXPECT_EQ(plan.cuda_visible_devices, "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15");
+  EXPECT_EQ(plan.visible_devices, "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15");
   // Eight GPUs per package but only two single-PU cores each in this restricted export: sharing is unavoidable.
   for (unsigned r = 0; r < 8; ++r) EXPECT_EQ(plan.tasks[r].cpus, ids(r % 2 ? "1" : "0")) << r;
   for (unsigned r = 8; r < 16; ++r) EXPECT_EQ(plan.tasks[r].cpus, ids(r % 2 ? "25" : "24")) << r;
@@ -142,24 +142,59 @@ TEST(Plan, Hwloc1WorkstationOneTaskOnTheNvidiaGpusDie) {
                                                       {"GLOO_SOCKET_IFNAME", "enp4s0"}}));
 }
 
-TEST(Plan, AmdGpuNodeGetsCpuBindingAndANicWithoutError) {
+TEST(Plan, AmdMi50NodeOneGpuPerTaskInRocmSmiOrder) {
   const NodeHardware& hw = test::mi50_node();
   PlanRequest request = tasks(8);
-  request.gpus = gpu_allocation_from_slurm("0,1,2,3,4,5,6,7", "0,1,2,3,4,5,6,7");  // gres of the AMD GPUs
+  request.gpus = gpu_allocation_from_slurm("0-7", "0-7", "ROCR_VISIBLE_DEVICES");  // AutoDetect=rsmi's numbers
   const NodePlan plan = plan_node(hw, request);
-  EXPECT_EQ(plan.rule, "no NVIDIA GPU on this node: CPU binding and a NIC per task");
-  EXPECT_EQ(plan.cuda_visible_devices, "");
-  // 48 cores in package order (PUs n and n+48): six whole cores per task.
+  EXPECT_EQ(plan.rule, "8 tasks, 8 GPUs: one GPU per task");
+  EXPECT_EQ(plan.visible_devices_variable, "ROCR_VISIBLE_DEVICES");
+  EXPECT_EQ(plan.visible_devices, "0,1,2,3,4,5,6,7");
+  // Task r on rsmi<r>: ROCm SMI numbered this node's MI50s in probe order, not bus order (topology_test).
+  EXPECT_EQ(gpu_bus_ids(hw, plan),
+            (std::vector<std::string>{"0000:63:00.0", "0000:43:00.0", "0000:03:00.0", "0000:27:00.0", "0000:e3:00.0",
+                                      "0000:c3:00.0", "0000:83:00.0", "0000:a3:00.0"}));
+  // Four GPUs per package, 24 cores (PUs n and n+48) each: six whole cores per task.
   EXPECT_EQ(plan.tasks[0].cpus, ids("0-5,48-53"));
   EXPECT_EQ(plan.tasks[7].cpus, ids("42-47,90-95"));
-  for (unsigned r = 0; r < 8; ++r) {
-    EXPECT_FALSE(plan.tasks[r].gpu);
-    EXPECT_EQ(hw.nets[*plan.tasks[r].nic].name, "hsi0");
-    // The ConnectX-6 and both eno ports are on package 1.
-    EXPECT_EQ(plan.tasks[r].nic_closeness, r < 4 ? Closeness::System : Closeness::Node) << r;
-  }
-  EXPECT_EQ(binding_env(plan, 0, "eno1"),
-            (EnvPairs{{"NCCL_SOCKET_IFNAME", "eno1"}, {"GLOO_SOCKET_IFNAME", "eno1"}, {"NCCL_IB_HCA", "=mlx5_0"}}));
+  // The ConnectX-6 and both eno ports are on package 1: e3:00.0 shares a host bridge with eno1.
+  EXPECT_EQ(plan.tasks[4].nic_closeness, Closeness::Phb);
+  EXPECT_EQ(plan.tasks[0].nic_closeness, Closeness::System);
+  // RCCL reads NCCL_SOCKET_IFNAME and NCCL_IB_HCA. HIP counts the GPUs ROCr exposes: 0..7 in ROCr's order.
+  EXPECT_EQ(binding_env(plan, 0, "eno1"), (EnvPairs{{"ROCR_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"},
+                                                    {"HIP_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"},
+                                                    {"NCCL_SOCKET_IFNAME", "eno1"},
+                                                    {"GLOO_SOCKET_IFNAME", "eno1"},
+                                                    {"NCCL_IB_HCA", "=mlx5_0"}}));
+}
+
+TEST(Plan, AmdGpusUnderConstrainDevicesAreCountedFromZero) {
+  const NodeHardware& hw = test::mi50_node();
+  PlanRequest request = tasks(2);
+  request.gpus = gpu_allocation_from_slurm("2,5", "0,1", "ROCR_VISIBLE_DEVICES");
+  ASSERT_TRUE(request.gpus.cgroup_local);
+  const NodePlan plan = plan_node(hw, request);
+  EXPECT_EQ(gpu_bus_ids(hw, plan), (std::vector<std::string>{"0000:03:00.0", "0000:c3:00.0"}));  // rsmi2, rsmi5
+  EXPECT_EQ(plan.visible_devices, "0,1");
+  EXPECT_EQ(binding_env(plan, 1, "")[1], (std::pair<std::string, std::string>{"HIP_VISIBLE_DEVICES", "0,1"}));
+}
+
+TEST(Plan, AnAmdGpuNumberTheNodeLacksIsAnErrorInRocmSmisNumbering) {
+  PlanRequest request = tasks(1);
+  request.gpus = gpu_allocation_from_slurm("0,9", "0,9", "ROCR_VISIBLE_DEVICES");
+  const std::string message = error_of([&] { plan_node(test::mi50_node(), request); });
+  EXPECT_NE(message.find("this node's AMD GPUs are ROCm SMI devices 0-7"), std::string::npos) << message;
+}
+
+TEST(Plan, AmdNodeWithoutGpuAllocationLeavesNoGpuVariableWhenNoGpuIsThere) {
+  // A CPU-only node whose gres names GPUs (a stale gres.conf) still gets a CPU plan, not an error.
+  const NodeHardware& hw = test::knl();
+  PlanRequest request = tasks(4);
+  request.gpus = gpu_allocation_from_slurm("0-3", "0-3");
+  const NodePlan plan = plan_node(hw, request);
+  EXPECT_EQ(plan.rule, "no GPU on this node: CPU binding by NUMA domain and a NIC per task");
+  EXPECT_EQ(plan.visible_devices_variable, "");
+  EXPECT_EQ(binding_env(plan, 0, "eno1"), (EnvPairs{{"NCCL_SOCKET_IFNAME", "eno1"}, {"GLOO_SOCKET_IFNAME", "eno1"}}));
 }
 
 TEST(Plan, FewerTasksThanGpusSpreadOverSockets) {
@@ -167,16 +202,20 @@ TEST(Plan, FewerTasksThanGpusSpreadOverSockets) {
   const NodePlan two = plan_node(hw, tasks(2));
   // One task per socket, like Slurm's block:cyclic, each with the socket's cores and its own EFA.
   EXPECT_EQ(gpu_bus_ids(hw, two), (std::vector<std::string>{"0000:10:1c.0", "0000:90:1c.0"}));
-  EXPECT_EQ(two.cuda_visible_devices, "0,4,1,2,3,5,6,7");
+  EXPECT_EQ(two.visible_devices, "0,4,1,2,3,5,6,7");
   EXPECT_EQ(task_cpus(two), (std::vector<std::vector<unsigned>>{ids("0-23,48-71"), ids("24-47,72-95")}));
   EXPECT_EQ(two.tasks[1].cuda_index, 1u);  // torch.cuda.set_device(LOCAL_RANK) picks 90:1c.0
-  EXPECT_EQ(two.rule, "2 tasks, 8 GPUs: one GPU per task, spread over sockets, then NICs; the other 6 stay visible");
+  EXPECT_EQ(two.rule,
+            "2 tasks, 8 GPUs: one GPU per task, local to the step's CPUs first, spread over sockets and NUMA domains, "
+            "then PCIe paths, then NICs; the other 6 stay visible");
+  EXPECT_EQ(two.tasks[0].gpu_rule, "first in device order");
+  EXPECT_EQ(two.tasks[1].gpu_rule, "spread over sockets, then device order");
 
   // The third task goes back to socket 0, on the host bridge with the other EFA (20:1b.0).
   const NodePlan three = plan_node(hw, tasks(3));
   EXPECT_EQ(gpu_bus_ids(hw, three), (std::vector<std::string>{"0000:10:1c.0", "0000:90:1c.0", "0000:20:1c.0"}));
   EXPECT_EQ(hw.rdma[*three.tasks[2].hca].name, "rdmap32s27");
-  EXPECT_EQ(three.cuda_visible_devices, "0,4,2,1,3,5,6,7");
+  EXPECT_EQ(three.visible_devices, "0,4,2,1,3,5,6,7");
   EXPECT_EQ(task_cpus(three),
             (std::vector<std::vector<unsigned>>{ids("0-11,48-59"), ids("24-47,72-95"), ids("12-23,60-71")}));
 }
@@ -185,7 +224,7 @@ TEST(Plan, MoreTasksThanGpusShareThemRoundRobin) {
   const NodeHardware& hw = test::p100_node();
   const NodePlan plan = plan_node(hw, tasks(6));
   EXPECT_EQ(plan.rule, "6 tasks, 2 GPUs: tasks share GPUs round-robin, task r on cuda:(r mod 2)");
-  EXPECT_EQ(plan.cuda_visible_devices, "0,1");
+  EXPECT_EQ(plan.visible_devices, "0,1");
   for (unsigned r = 0; r < 6; ++r) {
     EXPECT_EQ(plan.tasks[r].gpu, std::optional<DeviceIndex>(r % 2));
     EXPECT_EQ(plan.tasks[r].cuda_index, r % 2);
@@ -203,7 +242,7 @@ TEST(Plan, SlurmGpuSubsetWithGlobalIndices) {
   const NodePlan plan = plan_node(hw, request);
   EXPECT_EQ(gpu_bus_ids(hw, plan),
             (std::vector<std::string>{"0000:90:1c.0", "0000:90:1d.0", "0000:a0:1c.0", "0000:a0:1d.0"}));
-  EXPECT_EQ(plan.cuda_visible_devices, "4,5,6,7");
+  EXPECT_EQ(plan.visible_devices, "4,5,6,7");
   EXPECT_EQ(plan.tasks[0].cpus, ids("24-29,72-77"));  // the allocated GPUs' socket, split four ways
   EXPECT_EQ(plan.tasks[3].cpus, ids("42-47,90-95"));
 }
@@ -215,7 +254,7 @@ TEST(Plan, SlurmGpuSubsetUnderConstrainDevicesIsCountedFromZero) {
   EXPECT_TRUE(request.gpus.cgroup_local);
   const NodePlan plan = plan_node(hw, request);
   EXPECT_EQ(gpu_bus_ids(hw, plan), (std::vector<std::string>{"0000:20:1c.0", "0000:90:1d.0"}));
-  EXPECT_EQ(plan.cuda_visible_devices, "0,1");
+  EXPECT_EQ(plan.visible_devices, "0,1");
   EXPECT_EQ(hw.nets[*plan.tasks[1].nic].name, "ens129");
 }
 

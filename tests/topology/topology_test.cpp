@@ -120,9 +120,12 @@ TEST(Topology, P100NodeGpusShareAPcieSwitchWithTheHca) {
   EXPECT_EQ(hw.numa_nodes[0].hca_closeness, Closeness::Node);
 }
 
-TEST(Topology, Hwloc1WorkstationFindsTheNvidiaGpuButNotTheAmdOne) {
+TEST(Topology, Hwloc1WorkstationPlansTheNvidiaGpuAndListsTheAmdOne) {
   const NodeHardware& hw = test::threadripper();
-  EXPECT_EQ(bus_ids(hw), std::vector<std::string>{"0000:08:00.0"});  // 44:00.0 is the AMD Vega (1002)
+  EXPECT_EQ(bus_ids(hw), std::vector<std::string>{"0000:08:00.0"});
+  // 44:00.0 is the AMD Vega (1002, VGA): one GPU each, and the tie goes to NVIDIA.
+  EXPECT_EQ(hw.gpu_vendor, GpuVendor::Nvidia);
+  EXPECT_EQ(hw.unplanned_gpus, std::vector<std::string>{"0000:44:00.0"});
   EXPECT_EQ(net_names(hw), (std::vector<std::string>{"enp4s0", "wlp5s0", "enp6s0"}));
   EXPECT_TRUE(hw.rdma.empty());
   EXPECT_EQ(hw.gpus[0].to_net, (std::vector<Closeness>(3, Closeness::Phb)));  // one host bridge holds them all
@@ -135,13 +138,26 @@ TEST(Topology, Hwloc1WorkstationFindsTheNvidiaGpuButNotTheAmdOne) {
   EXPECT_EQ(hw.packages, 1u);
 }
 
-TEST(Topology, AmdGpuNodeHasNoNvidiaGpus) {
+TEST(Topology, AmdGpuNodeHasEightMi50InRocmSmiOrder) {
   const NodeHardware& hw = test::mi50_node();
-  EXPECT_TRUE(hw.gpus.empty());  // eight MI50 (1002:66a1 class 0380) and an ASPEED VGA
+  // Eight MI50 (1002:66a1, class 0380: display) and an ASPEED VGA (1a03), which is no GPU. hwloc's ROCm SMI
+  // plugin named them rsmi0-7 in driver probe order: 63:00.0 is rsmi0, 03:00.0 rsmi2.
+  EXPECT_EQ(hw.gpu_vendor, GpuVendor::Amd);
+  EXPECT_EQ(bus_ids(hw), (std::vector<std::string>{"0000:63:00.0", "0000:43:00.0", "0000:03:00.0", "0000:27:00.0",
+                                                   "0000:e3:00.0", "0000:c3:00.0", "0000:83:00.0", "0000:a3:00.0"}));
+  for (size_t g = 0; g < 8; ++g) {
+    EXPECT_EQ(hw.gpus[g].vendor, GpuVendor::Amd);
+    EXPECT_EQ(hw.gpus[g].device_number, g);  // what Slurm's AutoDetect=rsmi lists in SLURM_STEP_GPUS
+  }
+  EXPECT_EQ(hw.gpus[2].model, "Vega 20 WKS GL-XE [Radeon Pro VII]");
+  EXPECT_EQ(gpu_cpus(hw, 0), ids("0-23,48-71"));
+  EXPECT_EQ(gpu_cpus(hw, 4), ids("24-47,72-95"));
+  EXPECT_EQ(hw.gpus[4].to_gpu[5], Closeness::Node);  // e3:00.0 and c3:00.0: two host bridges of package 1
   EXPECT_EQ(net_names(hw), (std::vector<std::string>{"hsi0", "eno1", "eno2"}));
   ASSERT_EQ(hw.rdma.size(), 1u);
   EXPECT_EQ(hw.rdma[0].name, "mlx5_0");
   EXPECT_EQ(hw.cores.size(), 48u);
+  EXPECT_TRUE(hw.unplanned_gpus.empty());
 }
 
 TEST(Topology, HonoursHwlocXmlFileWhenNoFileIsGiven) {
