@@ -1,5 +1,7 @@
 // After the options are parsed. srun, sbatch and salloc refuse a --ddp request that cannot run, before anything
-// is allocated or launched. slurmstepd, still root here, fills the node's topology cache for this and later steps.
+// is allocated or launched, and give a new --ddp job its key (ports.hpp). slurmstepd, still root here, fills the
+// node's topology cache for this and later steps.
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "dispatch.h"
@@ -24,6 +26,15 @@ void fill_topology_cache(spank_t sp) {
   }
 }
 
+// The environment srun, sbatch and salloc hand to the job is their own, copied after this callback: a key put there
+// reaches every step. An srun inside an allocation keeps the allocation's key, so the job's steps share one.
+void give_job_key() {
+  const char* existing = getenv(ddp::kJobKeyVariable);
+  const bool new_job = spank_context() != S_CTX_LOCAL || getenv("SLURM_JOB_ID") == nullptr;
+  if (!new_job && existing != nullptr && ddp::is_job_key(existing)) return;
+  setenv(ddp::kJobKeyVariable, ddp::new_job_key().c_str(), 1);
+}
+
 }  // namespace
 
 extern "C" int ddp_spank_init_post_opt(spank_t sp, int, char**) {
@@ -32,7 +43,11 @@ extern "C" int ddp_spank_init_post_opt(spank_t sp, int, char**) {
       if (!state().failure && geteuid() == 0) fill_topology_cache(sp);
       return 0;
     }
-    if (!state().options.enabled || !state().failure) return 0;
+    if (!state().options.enabled) return 0;
+    if (!state().failure) {
+      give_job_key();
+      return 0;
+    }
     log_error(state().failure->message);
     return -1;
   });

@@ -1,4 +1,7 @@
-// slurmstepd: once per node (user_init) the step's plan; per task (task_init) its environment.
+// slurmstepd: once per node (user_init) the step's plan; per task (task_init, in the task's own process as the
+// user, before exec) the snapshot directory and its environment. Nothing here touches shared storage inside
+// slurmstepd itself, and nothing reads a file the user chose: the topology is the admin's topology_xml, the
+// per-boot cache or the running system, never the job's HWLOC_XMLFILE (ddp-topo --xml plans for a file).
 // user_init failures would only say "launch failed" and leave srun's exit code 0, so every problem is kept
 // and reported from task_init, which fails the step with srun exit code 1.
 #include <pwd.h>
@@ -31,7 +34,8 @@ std::string user_name(spank_t sp) {
   passwd entry{};
   passwd* found = nullptr;
   char buffer[4096];
-  if (getpwuid_r(uid, &entry, buffer, sizeof buffer, &found) != 0 || found == nullptr) return std::to_string(uid);
+  // No name: %u is refused with a message rather than becoming the uid.
+  if (getpwuid_r(uid, &entry, buffer, sizeof buffer, &found) != 0 || found == nullptr) return "";
   return found->pw_name;
 }
 
@@ -77,6 +81,7 @@ ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   }
   step.node_list = get_env(sp, "SLURM_STEP_NODELIST").value_or("");
   step.reserved_ports = get_env(sp, "SLURM_STEP_RESV_PORTS").value_or("");
+  step.job_key = get_env(sp, ddp::kJobKeyVariable).value_or("");
   if (const auto max_restarts = get_env(sp, "DDP_MAX_RESTARTS")) {
     step.max_restarts = static_cast<uint32_t>(ddp::require_uint(*max_restarts, 0, 1000000, "DDP_MAX_RESTARTS"));
   }
@@ -101,10 +106,7 @@ void plan_this_node(spank_t sp, uint32_t step_id) {
   }
   try {
     const std::string master_ip = ddp::resolve_host(s.plan->master_addr);
-    // user_init runs with the user's privileges: the directory is created as the user, never as root.
-    const auto user_env = [sp](const std::string& name) { return get_env(sp, name.c_str()); };
-    if (const auto dir = ddp::snapshot_dir_to_prepare(*s.plan, user_env)) ddp::prepare_snapshot_dir(*dir);
-    s.node = ddp::setup_node(*s.plan, master_ip, step_cores(sp), get_env(sp, "HWLOC_XMLFILE"));
+    s.node = ddp::setup_node(*s.plan, master_ip, step_cores(sp));
   } catch (const std::exception& e) {
     record_failure(e.what() + (" (on " + s.plan->step.hostname + ")"), true);
   }
@@ -150,10 +152,23 @@ void check_this_node(const ddp::StepPlan& plan, const ddp::TaskInfo& task, const
   }
 }
 
+// In the task's process, as the user: a hung file system costs this task the deadline, not slurmstepd its life.
+void prepare_snapshot_dir(const ddp::StepPlan& plan, const ddp::EnvLookup& user_env) {
+  const auto dir = ddp::snapshot_dir_to_prepare(plan, user_env);
+  if (!dir) return;
+  try {
+    ddp::prepare_snapshot_dir(*dir, "--ddp-snapshot-dir", plan.snapshot_dir_timeout);
+  } catch (const ddp::Error& e) {
+    throw ddp::Error(std::string(e.what()) + " (on " + plan.step.hostname + ")");
+  }
+}
+
 int export_task_env(spank_t sp) {
   const ddp::StepPlan& plan = *state().plan;
   const ddp::TaskInfo task = read_task(sp);
-  ddp::TaskEnv env = ddp::task_env(plan, task, [sp](const std::string& name) { return get_env(sp, name.c_str()); });
+  const ddp::EnvLookup user_env = [sp](const std::string& name) { return get_env(sp, name.c_str()); };
+  prepare_snapshot_dir(plan, user_env);
+  ddp::TaskEnv env = ddp::task_env(plan, task, user_env);
   const ddp::TaskBinding binding = ddp::bind_task(*state().node, plan, task, env);
   if (plan.check) check_this_node(plan, task, env);
   // After Slurm's own affinity step, within what it allowed (apply_cpu_binding intersects with it).

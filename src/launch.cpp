@@ -2,6 +2,7 @@
 
 #include "error.hpp"
 #include "parse.hpp"
+#include "ports.hpp"
 
 namespace ddp {
 namespace {
@@ -104,6 +105,7 @@ Launch launch_from_environment(const EnvLookup& env) {
   launch.restart_count =
       optional_number(env, "TORCHELASTIC_RESTART_COUNT", "the restart loop (ddp-restart) sets it").value_or(0);
   launch.socket_ifnames = split(env("GLOO_SOCKET_IFNAME").value_or(""), ',');
+  if (const auto key = env(kJobKeyVariable); key && is_job_key(*key)) launch.job_key = *key;
   launch.omp_num_threads = outer_thread_count(env("OMP_NUM_THREADS").value_or(""));
   return launch;
 }

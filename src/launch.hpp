@@ -30,6 +30,7 @@ struct Launch {
   std::string master_addr;                  // MASTER_ADDR; empty: unknown
   uint16_t master_port = 0;                 // MASTER_PORT; 0: unknown
   std::string run_id;                       // TORCHELASTIC_RUN_ID; empty outside srun --ddp and torchrun
+  std::string job_key;                      // DDP_JOB_KEY (ports.hpp) when it is one, else empty
   Backend backend = Backend::Auto;          // DDP_BACKEND
   int restart_count = 0;                    // TORCHELASTIC_RESTART_COUNT
   std::vector<std::string> socket_ifnames;  // GLOO_SOCKET_IFNAME, comma separated as PyTorch reads it

@@ -1,8 +1,15 @@
 #include "node_setup.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "doctor/node_checks.hpp"
 #include "error.hpp"
 #include "id_list.hpp"
+#include "parse.hpp"
 #include "topology_cache.hpp"
 
 namespace ddp {
@@ -22,10 +29,35 @@ void restrict_to_step_cores(NodeSetup& node, const std::string& step_cores) {
   }
 }
 
-NodeHardware load_hardware(const StepPlan& plan, const std::optional<std::string>& hwloc_xmlfile) {
-  std::optional<std::string> xml = hwloc_xmlfile;
-  if (!plan.topology_xml.empty()) xml = plan.topology_xml;
-  if (xml || plan.topology_cache.empty()) return load_node_hardware(xml);
+// hwloc's XML import is not safe on malformed files (hwloc 2.9 and 2.12 crash on a misspelt attribute: found by
+// tests/fuzz/hwloc_xml_fuzz). The admin's topology_xml is trusted, but a typo there must fail the steps with a line
+// saying so, not crash slurmstepd: a child process reads it first.
+void check_loads_safely(const std::string& xml) {
+  const pid_t child = fork();
+  if (child < 0) throw Error("cannot check topology_xml " + quote(xml) + ": " + std::strerror(errno));
+  if (child == 0) {
+    try {
+      load_node_hardware(xml);
+    } catch (...) {
+    }
+    _exit(0);
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {
+    throw Error("topology_xml " + quote(xml) + " in plugstack.conf crashes hwloc (signal " +
+                std::to_string(WTERMSIG(status)) + "): it is not an export hwloc can read; write it again with "
+                "'lstopo-no-graphics --of xml FILE'");
+  }
+}
+
+NodeHardware load_hardware(const StepPlan& plan) {
+  if (!plan.topology_xml.empty()) {
+    check_loads_safely(plan.topology_xml);
+    return load_node_hardware(plan.topology_xml);
+  }
+  if (plan.topology_cache.empty()) return load_node_hardware(std::nullopt);
   if (const auto cached = trusted_topology_cache(plan.topology_cache)) {
     try {
       return load_system_hardware_from(*cached);
@@ -83,13 +115,12 @@ std::string join_results(const std::vector<doctor::CheckResult>& results, doctor
 
 }  // namespace
 
-NodeSetup setup_node(const StepPlan& plan, const std::string& master_ip, const std::string& step_cores,
-                     const std::optional<std::string>& hwloc_xmlfile) {
+NodeSetup setup_node(const StepPlan& plan, const std::string& master_ip, const std::string& step_cores) {
   NodeSetup node;
   node.network = read_network(master_ip);
   if (plan.bind == BindMode::None) return node;
   try {
-    node.hardware = load_hardware(plan, hwloc_xmlfile);
+    node.hardware = load_hardware(plan);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + "; run the step with --ddp-bind=none to skip topology binding");
   }

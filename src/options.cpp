@@ -111,6 +111,10 @@ void set_topology_cache(Config& config, std::string_view value) {
   config.topology_cache = std::string(value);
 }
 
+void set_snapshot_dir_timeout(Config& config, std::string_view value) {
+  config.snapshot_dir_timeout = std::chrono::seconds(require_uint(value, 1, 3600, "snapshot_dir_timeout"));
+}
+
 void set_default_backend(Config& config, std::string_view value) {
   const auto backend = backend_named(value);
   if (!backend) throw Error("unknown backend");
@@ -126,6 +130,8 @@ const std::vector<ConfigKey>& config_keys() {
       {"nic", "an interface name, or auto", set_nic},
       {"topology_xml", "an absolute path to an hwloc XML export (lstopo --of xml)", set_topology_xml},
       {"topology_cache", "a root-owned directory for the per-boot topology export, or none", set_topology_cache},
+      {"snapshot_dir_timeout", "seconds each task waits for the snapshot directory's file system, 1-3600 (30)",
+       set_snapshot_dir_timeout},
   };
   return keys;
 }

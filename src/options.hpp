@@ -1,6 +1,7 @@
 #pragma once
 // The user's --ddp* options and the admin's plugstack.conf arguments: one table each, so adding an option
 // or a key is one entry. The SPANK adapter registers every entry of option_table() and forwards values here.
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -50,8 +51,9 @@ struct Config {
   std::string snapshot_dir;  // template with %u %j %x; empty: none
   BindMode bind = BindMode::Closest;
   std::string nic;           // empty: chosen per task
-  std::string topology_xml;  // hwloc XML read instead of the running system; empty: HWLOC_XMLFILE, else the system
+  std::string topology_xml;  // hwloc XML read instead of the running system; empty: the running system
   std::string topology_cache = "/run/slurm-ddp";  // per-boot export of the system's topology; empty: none
+  std::chrono::milliseconds snapshot_dir_timeout{30000};  // how long each task waits for the snapshot directory
 };
 
 // Strict parse of the plugstack.conf arguments: an unknown key, a missing '=' or a bad value throws

@@ -1,11 +1,16 @@
 #pragma once
 // The rendezvous port (MASTER_PORT) of a step. One place decides it, on every node alike, with no
-// communication: from the user's --ddp-port, else from ports Slurm reserved for the step, else from the
-// step's ids inside the admin's range.
+// communication: from the user's --ddp-port, else from ports Slurm reserved for the step (MpiParams=ports: Slurm
+// never gives one to two steps at once), else derived inside the admin's range from the job's key and the step id.
+//
+// Whoever binds the port first hosts the rendezvous store, and PyTorch's c10d store has no authentication. So the
+// derived port is unpredictable to other users (it comes from the job's key, which only the job's environment
+// holds), and ddp-train's ranks check that the store they reach proves it knows that key.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ddp {
 
@@ -33,14 +38,26 @@ struct PortChoice {
   PortSource source = PortSource::Hashed;
 };
 
-// Steps of one job that run at once get different ports (up to kStepsPerJob of them), and two jobs get
-// different ports unless their ids are congruent modulo range.size() / kStepsPerJob (625 jobs apart for
-// the default range of 10000 ports), so jobs that run together on a node, whose ids are close, do not meet.
-constexpr uint32_t kStepsPerJob = 16;
-uint16_t hashed_port(uint32_t job_id, uint32_t step_id, PortRange range);
+// A job's key: 32 hex digits from the kernel's random source. srun, sbatch and salloc make one for a --ddp job
+// (DDP_JOB_KEY; an srun inside an allocation keeps the allocation's), so every step of the job sees the same one.
+constexpr const char* kJobKeyVariable = "DDP_JOB_KEY";
+std::string new_job_key();  // throws ddp::Error when the kernel has no random bytes
+bool is_job_key(std::string_view text);
 
-// `reserved` is SLURM_STEP_RESV_PORTS ("12000-12003" or "12000,12007"), empty when none.
+// With a key, the job's steps get consecutive ports from a place in the range that the key chooses: no other user
+// can predict it, and a job's concurrent steps never share a port. Two jobs meet with a probability of about
+// (steps of both) / range.size(); the loser fails at once (see ddp-train's store check). Without a key (an srun
+// that predates it), from the ids: concurrent steps of one job differ for kStepsPerJob of them, and jobs collide
+// only when their ids are congruent modulo range.size() / kStepsPerJob.
+constexpr uint32_t kStepsPerJob = 16;
+uint16_t hashed_port(uint32_t job_id, uint32_t step_id, PortRange range, std::string_view job_key = {});
+
+// SLURM_STEP_RESV_PORTS as Slurm writes it: comma-separated ports and FIRST-LAST ranges, ascending ("12000-12003",
+// "12000,12007-12008"). Throws ddp::Error naming the variable.
+std::vector<PortRange> parse_reserved_ports(std::string_view text);
+
+// `reserved` is SLURM_STEP_RESV_PORTS, empty when none; `job_key` DDP_JOB_KEY, empty or malformed: none.
 PortChoice choose_master_port(std::optional<uint16_t> user_port, std::string_view reserved, uint32_t job_id,
-                              uint32_t step_id, PortRange range);
+                              uint32_t step_id, PortRange range, std::string_view job_key = {});
 
 }  // namespace ddp

@@ -1,22 +1,53 @@
 #pragma once
-// The snapshot directory of a --ddp step: --ddp-snapshot-dir, or the admin's snapshot_dir default, with
-// %u (user), %j (job id) and %x (job name) expanded. A requeued job keeps its id, so it finds the same one.
+// The snapshot directory: where it is (--ddp-snapshot-dir, or the admin's snapshot_dir default, with %u, %j and %x
+// expanded) and the rules it must follow, in one place for the plugin and the runtime.
+//
+// Snapshots hold the user's weights on storage other users can reach, and a run resumes from what it finds there,
+// so the directory must be the user's alone:
+//   - it is walked component by component with openat from "/" (or from the working directory for a relative
+//     path); missing components are created mode 0700 by the calling user and opened with O_NOFOLLOW;
+//   - the last component is a directory itself, not a symbolic link, owned by the calling user (effective uid)
+//     and writable by nobody else (no group or other write bit);
+//   - no existing component above it may be writable by everyone without the sticky bit and owned by someone
+//     other than root or the user (else its owner could move the directory away and put their own in its place).
+// The runtime then reaches the files inside through the directory's descriptor (openat), never by path again,
+// so a component renamed or replaced after the check does not redirect a running job.
+#include <chrono>
 #include <string>
+
+#include "unique_fd.hpp"
 
 namespace ddp {
 
 struct PathVars {
-  std::string user;
+  std::string user;  // empty when the job's uid has no name on this node
   std::string job_id;
   std::string job_name;
 };
 
-// Throws ddp::Error for an unknown %-sequence, a relative result, or a value that would leave the admin's
-// directory (a job name with '/', or "." / "..").
+// Throws ddp::Error for an unknown %-sequence, a relative result, a value that would leave the admin's directory
+// (a job name with '/', or "." / ".."), or %u when the user has no name.
 std::string expand_path_template(const std::string& path_template, const PathVars& vars);
 
-// Creates `path` and its missing parents with mode 0700 as the calling user (run it with the user's
-// privileges, never as root) and checks that the user can write there; throws ddp::Error naming the path.
-void prepare_snapshot_dir(const std::string& path);
+class SnapshotDir {
+ public:
+  // Opens `path` under the rules above, creating what is missing, as the calling user (never call it as root on
+  // a user's behalf). Throws ddp::Error naming the path, what is wrong and the fix; `option` is the option that
+  // chose the directory (e.g. "--snapshot-dir"), named in the fix.
+  static SnapshotDir open(const std::string& path, const std::string& option);
+
+  int fd() const { return fd_.get(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  SnapshotDir(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
+  std::string path_;
+  UniqueFd fd_;
+};
+
+// SnapshotDir::open in a child process that must answer within `deadline`: on a file system that hangs (NFS,
+// Lustre), the caller gets ddp::Error at the deadline instead of hanging with it; the child is killed. For the
+// plugin's tasks, before exec (nothing touches shared storage inside slurmstepd itself).
+void prepare_snapshot_dir(const std::string& path, const std::string& option, std::chrono::milliseconds deadline);
 
 }  // namespace ddp

@@ -17,6 +17,7 @@ struct StepInfo {
   uint32_t max_restarts = 0;   // restarts the job script allows (DDP_MAX_RESTARTS), 0 when unset
   std::string node_list;       // SLURM_STEP_NODELIST
   std::string reserved_ports;  // SLURM_STEP_RESV_PORTS, empty when the cluster reserves none
+  std::string job_key;         // DDP_JOB_KEY (ports.hpp), empty when srun made none
   std::string hostname;        // this node, for messages
   std::string user;            // the job's user name, for %u
   std::string job_name;        // SLURM_JOB_NAME, for %x

@@ -34,9 +34,11 @@ StepPlan plan_step(const StepInfo& step, const Options& options, const Config& c
   if (!plan.nic && !config.nic.empty()) plan.nic = config.nic;
   plan.topology_xml = config.topology_xml;
   plan.topology_cache = config.topology_cache;
+  plan.snapshot_dir_timeout = config.snapshot_dir_timeout;
   plan.check = options.check;
   plan.master_addr = first_host(step.node_list);
-  plan.port = choose_master_port(options.port, step.reserved_ports, step.job_id, step.step_id, config.port_range);
+  plan.port = choose_master_port(options.port, step.reserved_ports, step.job_id, step.step_id, config.port_range,
+                                 step.job_key);
   if (plan.port.source == PortSource::Hashed) check_port_range(config.port_range, ephemeral);
   const std::string& dir_template = options.snapshot_dir ? *options.snapshot_dir : config.snapshot_dir;
   if (!dir_template.empty()) {

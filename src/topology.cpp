@@ -33,29 +33,22 @@ std::string system_error_text() { return errno != 0 ? std::strerror(errno) : "un
 
 // hwloc dlopens every plugin of its plugin directory at each topology init (and unloads them at destroy), GL and
 // OpenCL with their X11 and ICD libraries, although all are blacklisted below. In a fresh slurmstepd that cost
-// more than everything else --ddp does. Pointing hwloc at no plugin directory for the init avoids it; the
-// environment is slurmstepd's own (not the tasks'), and a value the admin set is left alone.
-class WithoutHwlocPlugins {
- public:
-  WithoutHwlocPlugins() : set_(std::getenv("HWLOC_PLUGINS_PATH") == nullptr) {
-    if (set_) setenv("HWLOC_PLUGINS_PATH", "/nonexistent/slurm-ddp-no-hwloc-plugins", 0);
-  }
-  ~WithoutHwlocPlugins() {
-    if (set_) unsetenv("HWLOC_PLUGINS_PATH");
-  }
-  WithoutHwlocPlugins(const WithoutHwlocPlugins&) = delete;
-  WithoutHwlocPlugins& operator=(const WithoutHwlocPlugins&) = delete;
-
- private:
-  bool set_;
-};
+// more than everything else --ddp does. Pointing hwloc at no plugin directory avoids it; the environment is
+// slurmstepd's own (not the tasks'), and a value the admin set is left alone. hwloc has no other way to say it,
+// and the environment is not thread-safe: it is written once per process, never removed again, so the window in
+// which another thread of slurmstepd could read it while it changes is one call, not two per topology load.
+void without_hwloc_plugins() {
+  static const bool done = [] {
+    if (std::getenv("HWLOC_PLUGINS_PATH") == nullptr) setenv("HWLOC_PLUGINS_PATH", "/nonexistent/slurm-ddp-no-hwloc-plugins", 0);
+    return true;
+  }();
+  (void)done;
+}
 
 TopologyPtr load_topology(const std::optional<std::string>& xml_path, bool xml_is_this_system = false) {
   hwloc_topology_t raw = nullptr;
-  const int rc = [&] {
-    const WithoutHwlocPlugins no_plugins;
-    return hwloc_topology_init(&raw);
-  }();
+  without_hwloc_plugins();
+  const int rc = hwloc_topology_init(&raw);
   if (rc != 0) throw Error("hwloc could not start: " + system_error_text());
   TopologyPtr topology(raw, hwloc_topology_destroy);
   // The default filter drops every PCI and OS device, and with them the GPUs and NICs this is all about.

@@ -34,7 +34,7 @@ double milliseconds(Clock::duration d) { return std::chrono::duration<double, st
 
 void measure(const std::string& dir, double megabytes) {
   ddp::runtime::SnapshotContent state = state_of(megabytes);
-  ddp::runtime::SnapshotStore store(dir, 2);
+  ddp::runtime::SnapshotStore store(dir, 2, "bench", [](const std::string&) {});
   double sync_total = 0;
   for (int round = 0; round < kRounds; ++round) {
     state.progress.global_step = round;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 
+#include "ddp_runtime/snapshot_files.hpp"
 #include "error.hpp"
 
 namespace ddp::runtime {
@@ -46,6 +47,22 @@ WorkloadKind parse_workload(const std::string& text) {
   throw Error("--workload '" + text + "' is not a workload; use seed, mlp or fashion-mnist");
 }
 
+std::string checked_run_id(const std::string& where, const std::string& text) {
+  if (!is_valid_run_id(text)) {
+    throw Error(where + " '" + text + "' is not a run id: use 1-64 letters, digits, '.', '_' or '-', not starting "
+                "with '.'; e.g. --run-id resnet-a");
+  }
+  return text;
+}
+
+// A run keeps its identity across restarts: Slurm keeps the job id through requeues and ddp-restart's attempts
+// (the step id changes), torchrun keeps its rendezvous id. Runs outside both share "default" unless given --run-id.
+std::string default_run_id(const EnvLookup& env) {
+  if (const auto job = env("SLURM_JOB_ID")) return checked_run_id("SLURM_JOB_ID", *job);
+  if (const auto run = env("TORCHELASTIC_RUN_ID"); run && is_valid_run_id(*run)) return *run;
+  return "default";
+}
+
 using Setter = std::function<void(TrainOptions&, const std::string&)>;
 
 const std::map<std::string, Setter>& value_options() {
@@ -70,6 +87,7 @@ const std::map<std::string, Setter>& value_options() {
        }},
       {"--keep", [](TrainOptions& o, const std::string& v) { o.keep = parse_whole("--keep", v, 1, "3"); }},
       {"--resume", [](TrainOptions& o, const std::string& v) { o.resume = v; }},
+      {"--run-id", [](TrainOptions& o, const std::string& v) { o.run_id = checked_run_id("--run-id", v); }},
       {"--output", [](TrainOptions& o, const std::string& v) { o.output = v; }},
       {"--backend", [](TrainOptions& o, const std::string& v) { o.backend = parse_backend(v, "--backend"); }},
       {"--timeout",
@@ -129,6 +147,7 @@ TrainOptions parse_train_args(const std::vector<std::string>& args, const EnvLoo
   set_positionals(options, positionals);
   if (options.snapshot_dir.empty()) options.snapshot_dir = env("DDP_SNAPSHOT_DIR").value_or(".");
   if (options.snapshot_dir.empty()) options.snapshot_dir = ".";
+  if (options.run_id.empty()) options.run_id = default_run_id(env);
   check_combination(options);
   return options;
 }
@@ -141,8 +160,10 @@ Distributed data-parallel training with LibTorch, launched like a torchrun scrip
   RANK=.. WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.. ddp-train 50 10
   mpirun -np 4 ddp-train 50 10
   ddp-train 50 10                     (one process)
-Trains total_epochs epochs and writes a snapshot every save_every epochs (0: none); resumes from the newest
-valid snapshot in the snapshot directory. SIGUSR2 writes a snapshot at the next step and exits with 75.
+Trains total_epochs epochs and writes a snapshot every save_every epochs (0: none); resumes from this run's
+newest valid snapshot in the snapshot directory. SIGUSR2 writes a snapshot at the next step and exits with 75.
+A snapshot that cannot be written is reported and tried again at the next one; after 3 failures in a row
+the run stops. Snapshot directory: yours alone (owned by you, not writable by others), created mode 0700.
 
 options:
   --batch-size N               per-process batch size (32)
@@ -160,12 +181,15 @@ options:
   --snapshot-every-seconds T   also write a snapshot every T seconds (0: off)
   --keep K                     snapshots kept (3)
   --resume FILE                start from this snapshot (ddp-train's or the seed script's)
+  --run-id ID                  the run whose snapshots are resumed and pruned (the Slurm job id, else
+                               TORCHELASTIC_RUN_ID, else default); other runs' files are left alone
   --output FILE                final model, a state dict torch.load reads (finalmodel.pt)
   --backend auto|gloo|nccl|mpi overrides DDP_BACKEND (auto: NCCL on GPUs, else Gloo)
   --timeout SECONDS            rendezvous and collective timeout (1800)
   --bucket-cap-mb X            gradient bucket size, as DDP's bucket_cap_mb (25)
 environment: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT GLOO_SOCKET_IFNAME
-  DDP_BACKEND DDP_SNAPSHOT_DIR TORCHELASTIC_RESTART_COUNT OMP_NUM_THREADS; OMPI_COMM_WORLD_* under mpirun
+  DDP_BACKEND DDP_SNAPSHOT_DIR SLURM_JOB_ID TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT OMP_NUM_THREADS;
+  OMPI_COMM_WORLD_* under mpirun
 exit status: 0 done, 1 failure, 2 bad input, 75 stopped by SIGUSR2 after a snapshot
 )";
 }

@@ -30,6 +30,7 @@ struct TrainOptions {
   int accumulate = 1;
   uint64_t seed = 0;
   std::string snapshot_dir;  // --snapshot-dir, else DDP_SNAPSHOT_DIR, else the working directory (the seed's)
+  std::string run_id;        // --run-id, else SLURM_JOB_ID, else TORCHELASTIC_RUN_ID (outside Slurm), else "default"
   double snapshot_every_seconds = 0.0;  // 0: off
   int keep = 3;
   std::string resume;  // a snapshot file to start from instead of the newest in snapshot_dir

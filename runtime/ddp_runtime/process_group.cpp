@@ -1,11 +1,22 @@
 #include "ddp_runtime/process_group.hpp"
 
-#include <torch/cuda.h>
+#include <c10/util/hash.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/cuda.h>
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
@@ -24,25 +35,121 @@ std::string seconds(std::chrono::milliseconds timeout) {
   return text + " s";
 }
 
-// `wait_for_workers` false: rank 0 returns before the others have connected (they do not know the port yet).
-compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds timeout, bool wait_for_workers = true) {
+// PyTorch's c10d store has no authentication: whoever binds MASTER_PORT first hosts it, and ranks would send their
+// Gloo addresses to it and take theirs from it. So rank 0 publishes a proof that it knows the job's key (DDP_JOB_KEY,
+// which only the job's environment holds), bound to this step and attempt, and the other ranks read it before they
+// use the store for anything else. Without a key (a launch outside srun --ddp) the proof is one any program could
+// compute: it still catches a port that something else holds by accident.
+constexpr auto kProofWait = std::chrono::seconds(30);
+constexpr char kProofKey[] = "ddp-train/store-proof";
+
+std::string store_proof(const Launch& launch) {
+  const std::string message = "ddp-train store " + launch.run_id + " " + std::to_string(launch.restart_count) + " " +
+                              launch.master_addr + ":" + std::to_string(launch.master_port);
+  // HMAC over SHA-1 (with the inner digest in hex), from the hash LibTorch ships.
+  std::string key = launch.job_key.empty() ? std::string("no key") : launch.job_key;
+  key.resize(64, '\0');
+  std::string inner_pad = key, outer_pad = key;
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    inner_pad[i] = static_cast<char>(key[i] ^ 0x36);
+    outer_pad[i] = static_cast<char>(key[i] ^ 0x5c);
+  }
+  return c10::sha1(outer_pad + c10::sha1(inner_pad + message).str()).str();
+}
+
+std::string port_advice(const Launch& launch) {
+  return "; choose another port (srun --ddp-port=N, or MASTER_PORT), or ask your admin to reserve ports for steps "
+         "(MpiParams=ports in slurm.conf); port " + std::to_string(launch.master_port) + " on " + launch.master_addr +
+         " is held by another program";
+}
+
+std::runtime_error unreachable(const Launch& launch, std::chrono::milliseconds timeout, const std::string& why) {
+  return std::runtime_error("rank " + std::to_string(launch.rank) + " could not reach the rendezvous store at " +
+                            launch.master_addr + ":" + std::to_string(launch.master_port) + " within " +
+                            seconds(timeout) + " (MASTER_ADDR, MASTER_PORT, --timeout): " + why +
+                            "; check that every rank was started, that rank 0's host and port are reachable, "
+                            "or raise --timeout");
+}
+
+// Waits until something accepts connections at MASTER_ADDR:MASTER_PORT (rank 0 may start later), without a word
+// to it: what listens there has yet to prove it is rank 0's store.
+void wait_for_listener(const Launch& launch, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(launch.master_port);
+  if (const int rc = getaddrinfo(launch.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    throw unreachable(launch, timeout, std::string("cannot resolve it: ") + gai_strerror(rc));
+  }
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, freeaddrinfo);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string last = "nothing listens there";
+  for (;;) {
+    for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+      const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      int error = connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+      if (error == EINPROGRESS) {
+        pollfd writable{fd, POLLOUT, 0};
+        socklen_t length = sizeof error;
+        error = poll(&writable, 1, 1000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 ? error
+                                                                                                             : ETIMEDOUT;
+      }
+      close(fd);
+      if (error == 0) return;
+      last = std::strerror(error);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) throw unreachable(launch, timeout, last);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds timeout) {
   if (launch.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
+  const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(launch.master_port);
   options.isServer = launch.rank == 0;
   options.numWorkers = static_cast<std::size_t>(launch.world_size);
-  options.waitWorkers = wait_for_workers;
+  options.waitWorkers = false;  // the ranks meet in the process group's own rendezvous, after the proof
   options.timeout = timeout;
-  try {
-    return compat::make_tcp_store(launch.master_addr, options);
-  } catch (const std::exception& e) {
-    const std::string role = launch.rank == 0 ? "could not host" : "could not reach";
-    throw std::runtime_error("rank " + std::to_string(launch.rank) + " " + role + " the rendezvous store at " +
-                             launch.master_addr + ":" + std::to_string(launch.master_port) + " within " +
-                             seconds(timeout) + " (MASTER_ADDR, MASTER_PORT, --timeout): " + error_summary(e) +
-                             "; check that every rank was started, that rank 0's host and port are reachable, "
-                             "or raise --timeout");
+  if (launch.rank == 0) {
+    compat::StorePtr store;
+    try {
+      store = compat::make_tcp_store(launch.master_addr, options);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("rank 0 could not host the rendezvous store at " + where + ": " + error_summary(e) +
+                               port_advice(launch));
+    }
+    // The port the kernel picked when MASTER_PORT was 0 (OpenMPI launches): the one the others will be told.
+    Launch bound = launch;
+    bound.master_port = static_cast<c10d::TCPStore&>(*store).getPort();
+    const std::string proof = store_proof(bound);
+    store->set(kProofKey, std::vector<uint8_t>(proof.begin(), proof.end()));
+    return store;
   }
+  wait_for_listener(launch, timeout);
+  const auto proof_wait = std::min<std::chrono::milliseconds>(timeout, kProofWait);
+  options.timeout = proof_wait;
+  compat::StorePtr store;
+  std::string proof;
+  try {
+    store = compat::make_tcp_store(launch.master_addr, options);
+    store->setTimeout(proof_wait);
+    const std::vector<uint8_t> value = store->get(kProofKey);
+    proof.assign(value.begin(), value.end());
+  } catch (const std::exception&) {
+    proof.clear();
+  }
+  if (proof != store_proof(launch)) {
+    throw std::runtime_error("rank " + std::to_string(launch.rank) + ": the rendezvous store at " + where +
+                             " did not prove within " + seconds(proof_wait) + " that it is this job's rank 0" +
+                             (launch.job_key.empty() ? "" : " (DDP_JOB_KEY)") + port_advice(launch) +
+                             ", or rank 0 failed first");
+  }
+  store->setTimeout(timeout);
+  return store;
 }
 
 std::string choose_backend(Backend hint) {
@@ -68,7 +175,7 @@ compat::ProcessGroupPtr make_group(Launch& launch, const std::string& backend, s
     // MPI where it is: no other process can take the port in between.
     if (launch.rank == 0) {
       launch.master_addr = advertised_address(launch.socket_ifnames);
-      store = make_store(launch, timeout, false);
+      store = make_store(launch, timeout);
       launch.master_port = static_cast<c10d::TCPStore&>(*store).getPort();
     }
     share_master_over_mpi(launch);

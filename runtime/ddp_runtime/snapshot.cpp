@@ -4,16 +4,19 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
 #include <c10/core/GradMode.h>
-#include <torch/csrc/jit/serialization/pickle.h>
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <zlib.h>
 
-#include <fstream>
-#include <iterator>
+#include <algorithm>
 #include <sstream>
+#include <tuple>
 
 #include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/error_message.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
+#include "error.hpp"
+#include "parse.hpp"
 
 namespace ddp::runtime {
 namespace {
@@ -64,6 +67,7 @@ int64_t checksum(const SnapshotContent& c) {
        {p.epochs_run, p.batches_done, p.global_step, static_cast<int64_t>(p.seed), p.world_size, p.batch_size}) {
     sum.add(value);
   }
+  sum.add(c.run_id);
   return sum.value();
 }
 
@@ -121,6 +125,7 @@ GenericDict to_dict(const SnapshotContent& c) {
   dict.insert("RNG_STATE", c.rng_state);
   dict.insert("SAMPLER", sampler_dict(c.progress));
   dict.insert("FINGERPRINT", model_fingerprint(c.model_state));
+  dict.insert("RUN_ID", c.run_id);
   dict.insert("FORMAT", std::string(kFormat));
   dict.insert("CHECKSUM", checksum(c));
   return dict;
@@ -158,6 +163,7 @@ void read_ddp_train_fields(const GenericDict& dict, const std::string& path, Sna
   c.progress.batches_done = sampler.at("batches_done").toInt();
   c.progress.world_size = sampler.at("world_size").toInt();
   c.progress.batch_size = sampler.at("batch_size").toInt();
+  c.run_id = entry(dict, "RUN_ID", path).toStringRef();
   if (entry(dict, "CHECKSUM", path).toInt() != checksum(c)) throw SnapshotCorrupt(path + " fails its checksum");
 }
 
@@ -172,10 +178,20 @@ SnapshotContent from_dict(const GenericDict& dict, const std::string& path) {
   return c;
 }
 
-std::vector<char> file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw SnapshotCorrupt("cannot open " + path);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+// LibTorch's archive reader straight on the file: each record is read once, into the tensor that keeps it.
+class FileReader final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit FileReader(const SnapshotFile& file) : file_(file) {}
+  size_t size() const override { return static_cast<size_t>(file_.size()); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char*) const override { return file_.read_some(pos, buf, n); }
+
+ private:
+  const SnapshotFile& file_;
+};
+
+c10::IValue load_archive(const SnapshotFile& file) {
+  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<FileReader>(file));
+  return torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader);
 }
 
 // Reuses the slot when the shape and type still fit: only the first snapshot pays for fresh memory.
@@ -203,35 +219,37 @@ void stage(SnapshotContent& staged, const SnapshotContent& live) {
   staged.lr = live.lr;
   staged.momentum = live.momentum;
   staged.progress = live.progress;
+  staged.run_id = live.run_id;
 }
 
 }  // namespace
 
-SnapshotContent read_snapshot(const std::string& path) {
+SnapshotContent read_snapshot(const SnapshotFile& file) {
+  const std::string& path = file.path();
   c10::IValue value;
   try {
-    value = torch::jit::pickle_load(file_bytes(path));
-  } catch (const c10::Error& e) {
+    value = load_archive(file);
+  } catch (const std::bad_alloc&) {
+    throw;  // not the file's fault: it must not be set aside
+  } catch (const std::exception& e) {
+    // c10::Error mostly; LibTorch's unpickler also throws std::runtime_error (a dict keyed by a dict, found by
+    // the corruption sweep in the runtime tests).
     throw SnapshotCorrupt(path + " does not load: " + error_summary(e));
   }
   if (!value.isGenericDict()) throw SnapshotCorrupt(path + " does not hold a dict");
   try {
     return from_dict(value.toGenericDict(), path);
-  } catch (const c10::Error& e) {
-    throw SnapshotCorrupt(path + " has a malformed entry: " + error_summary(e));
+  } catch (const SnapshotCorrupt&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    // c10::Error for a value of the wrong type, std::out_of_range from Dict::at for a missing field.
+    throw SnapshotCorrupt(path + " has a missing or malformed entry: " + error_summary(e));
   }
 }
 
-std::optional<LoadedSnapshot> newest_valid_snapshot(const std::string& dir, const Warn& warn) {
-  for (const std::string& path : snapshot_paths_newest_first(dir)) {
-    try {
-      return LoadedSnapshot{path, read_snapshot(path)};
-    } catch (const SnapshotCorrupt& e) {
-      warn(std::string("skipping snapshot ") + e.what() + "; an older one is tried");
-    }
-  }
-  return std::nullopt;
-}
+SnapshotContent read_snapshot(const std::string& path) { return read_snapshot(SnapshotFile::open(path)); }
 
 std::string model_fingerprint(const std::vector<std::pair<std::string, at::Tensor>>& model_state) {
   std::ostringstream text;
@@ -240,28 +258,88 @@ std::string model_fingerprint(const std::vector<std::pair<std::string, at::Tenso
 }
 
 void write_model_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& model_state) {
-  AtomicFile file(path);
-  compat::write_pickle_archive(tensor_dict(model_state),
-                               [&](const void* data, std::size_t size) { file.write(data, size); });
+  AtomicFile file(path);  // mode 0600: the weights are the user's
+  compat::write_pickle_archive(tensor_dict(model_state), [&](const void* data, std::size_t size) { file.write(data, size); });
   file.commit();
 }
 
-SnapshotStore::SnapshotStore(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {
-  prepare_snapshot_dir(dir_);
+SnapshotStore::SnapshotStore(const std::string& dir, int keep, const std::string& run_id, Warn warn)
+    : files_(dir, run_id), keep_(static_cast<std::size_t>(std::max(keep, 1))), warn_(std::move(warn)) {
+  for (SnapshotName& name : files_.this_runs()) kept_.push_back({std::move(name), false});
+}
+
+std::optional<LoadedSnapshot> SnapshotStore::resume() {
+  for (auto it = kept_.begin(); it != kept_.end();) {
+    try {
+      SnapshotContent content = read_snapshot(files_.open(it->name));
+      if (content.run_id != it->name.run_id) {
+        throw SnapshotCorrupt(files_.path_of(it->name) + " holds run " + quote(content.run_id) +
+                              ", not the run its name says");
+      }
+      it->verified = true;
+      return LoadedSnapshot{files_.path_of(it->name), std::move(content)};
+    } catch (const SnapshotCorrupt& e) {
+      warn_(std::string("snapshot ") + e.what() + "; " + set_aside(it->name) + ", an older one is tried");
+      it = kept_.erase(it);
+    }
+  }
+  const std::vector<std::string> others = files_.other_runs();
+  if (!others.empty()) {
+    std::string list;
+    for (const std::string& run : others) list += (list.empty() ? "" : ", ") + run;
+    warn_("snapshot directory " + dir() + " holds snapshots of other runs (" + list + "); run " + files_.run_id() +
+          " starts afresh and leaves them alone; pass --run-id to continue one of them");
+  }
+  return std::nullopt;
+}
+
+std::string SnapshotStore::set_aside(const SnapshotName& name) const {
+  try {
+    return "set aside as " + files_.set_aside(name);
+  } catch (const std::exception& e) {
+    return std::string("not set aside: ") + e.what();
+  }
 }
 
 SnapshotStore::~SnapshotStore() {
   if (in_flight_.valid()) in_flight_.wait();
 }
 
-std::string SnapshotStore::write(const SnapshotContent& content) const {
-  const std::string path =
-      join_path(dir_, snapshot_file_name({content.progress.epochs_run, content.progress.global_step}));
-  AtomicFile file(path);
+std::string SnapshotStore::write(const SnapshotContent& content) {
+  const SnapshotName name{files_.run_id(), content.progress.epochs_run, content.progress.global_step};
+  AtomicFile file = files_.create(name);
   compat::write_pickle_archive(to_dict(content), [&](const void* data, std::size_t size) { file.write(data, size); });
   file.commit();
-  prune_snapshots(dir_, keep_);
-  return path;
+  // Written again at the same step (a stop request right after a snapshot): one entry.
+  kept_.erase(std::remove_if(kept_.begin(), kept_.end(),
+                             [&](const Kept& k) { return k.name.global_step == name.global_step &&
+                                                         k.name.epochs_run == name.epochs_run; }),
+              kept_.end());
+  kept_.insert(kept_.begin(), {name, true});
+  prune();
+  return file.path();
+}
+
+void SnapshotStore::prune() {
+  std::stable_sort(kept_.begin(), kept_.end(), [](const Kept& a, const Kept& b) {
+    return std::tie(a.name.global_step, a.name.epochs_run) > std::tie(b.name.global_step, b.name.epochs_run);
+  });
+  while (kept_.size() > keep_) {
+    const Kept old = kept_.back();
+    kept_.pop_back();
+    if (old.verified) {
+      files_.remove(old.name);
+      continue;
+    }
+    // Left by an earlier process of this run and never read here: removed only once it is known to be ours.
+    try {
+      const SnapshotContent content = read_snapshot(files_.open(old.name));
+      if (content.run_id != old.name.run_id) throw SnapshotCorrupt(files_.path_of(old.name) + " holds another run");
+      files_.remove(old.name);
+    } catch (const SnapshotCorrupt& e) {
+      warn_(std::string("snapshot ") + e.what() + "; " + set_aside(old.name));
+    }
+  }
 }
 
 // Whichever of the writer thread and before_update() comes first copies the live state; the other finds it done.
@@ -283,15 +361,45 @@ void SnapshotStore::stage_once(StagingJob& job) {
 void SnapshotStore::save_async(const SnapshotContent& live, Saved saved) {
   const auto start = Clock::now();
   wait();
+  check_failures();
   auto job = std::make_shared<StagingJob>();
   job->live = live;
   pending_ = job;
   in_flight_ = std::async(std::launch::async, [this, job, saved = std::move(saved)] {
     stage_once(*job);
-    saved(write(staging_));
+    std::string path;
+    try {
+      path = write(staging_);
+    } catch (const std::exception& e) {
+      const int failures = record_failure(error_summary(e));
+      warn_("the snapshot of epoch " + std::to_string(staging_.progress.epochs_run) + ", step " +
+            std::to_string(staging_.progress.global_step) + " could not be written: " + error_summary(e) +
+            (failures < kMaxFailedSnapshots
+                 ? "; training goes on and the next snapshot tries again (" + std::to_string(failures) + " of " +
+                       std::to_string(kMaxFailedSnapshots) + " failures in a row)"
+                 : "; that is " + std::to_string(failures) + " in a row: the run stops"));
+      return;
+    }
+    record_failure("");
+    saved(path);
   });
   blocked_ += Clock::now() - start;
   ++async_saves_;
+}
+
+int SnapshotStore::record_failure(const std::string& failure) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  last_failure_ = failure;
+  failures_in_a_row_ = failure.empty() ? 0 : failures_in_a_row_ + 1;
+  return failures_in_a_row_;
+}
+
+void SnapshotStore::check_failures() {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (failures_in_a_row_ < kMaxFailedSnapshots) return;
+  throw std::runtime_error(std::to_string(failures_in_a_row_) + " snapshots in a row could not be written to " + dir() +
+                           " (last: " + last_failure_ + "); stopping before more training is lost: fix the file "
+                           "system or free space, then run the same command to resume from the last snapshot");
 }
 
 void SnapshotStore::before_update() {

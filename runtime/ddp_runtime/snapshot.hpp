@@ -9,6 +9,7 @@
 //   RNG_STATE        torch.get_rng_state() of rank 0
 //   SAMPLER          {"seed", "epoch", "batches_done", "world_size", "batch_size"}: where in the epoch it stopped
 //   FINGERPRINT      the model's parameter names and shapes, "weight:[1, 20] bias:[1]"
+//   RUN_ID           the run that wrote it (snapshot_files.hpp), which its file name repeats
 //   FORMAT           "ddp-train snapshot 1"
 //   CHECKSUM         CRC-32 of everything above (see snapshot.cpp), verified on load
 // A dict with only MODEL_STATE and EPOCHS_RUN, as the seed script writes, loads too.
@@ -25,6 +26,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "ddp_runtime/snapshot_files.hpp"
 
 namespace ddp::runtime {
 
@@ -44,16 +47,13 @@ struct SnapshotContent {
   double momentum = 0.0;
   at::Tensor rng_state;  // undefined in a seed-script snapshot
   TrainingProgress progress;
+  std::string run_id;             // empty in a seed-script snapshot
   bool from_seed_script = false;  // only MODEL_STATE and EPOCHS_RUN were there
 };
 
-// A snapshot that cannot be used: unreadable, truncated, or failing its checksum.
-class SnapshotCorrupt : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// Throws SnapshotCorrupt.
+// Reads the whole snapshot with one copy of its tensors in memory. Anything that does not load, lacks a field,
+// has a malformed one or fails its checksum throws SnapshotCorrupt.
+SnapshotContent read_snapshot(const SnapshotFile& file);
 SnapshotContent read_snapshot(const std::string& path);
 
 struct LoadedSnapshot {
@@ -62,28 +62,36 @@ struct LoadedSnapshot {
 };
 using Warn = std::function<void(const std::string& message)>;
 
-// The newest snapshot in dir that loads and passes its checksum; each one skipped is reported through warn.
-std::optional<LoadedSnapshot> newest_valid_snapshot(const std::string& dir, const Warn& warn);
-
 std::string model_fingerprint(const std::vector<std::pair<std::string, at::Tensor>>& model_state);
 
 // The final model: {name: tensor}, which model.load_state_dict(torch.load(path)) accepts. Written atomically.
 void write_model_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& model_state);
 
-// Writes snapshots into one directory, rank 0 only. save_async returns at once: a background thread copies
+// Writes one run's snapshots into one directory, rank 0 only. save_async returns at once: a background thread copies
 // the state into staging buffers that are kept from one snapshot to the next (fresh memory is expensive to
 // touch for the first time), then serialises, checksums and writes. The caller keeps training and calls
 // before_update() before it next changes a tensor of the state (the optimizer step), so that the copy
 // overlaps the forward and backward passes; should the thread not have started the copy by then (busy
 // cores), before_update makes it itself rather than wait for the thread to be scheduled. At most one write is
 // in flight: the next save_async waits for it.
+//
+// A write that fails (a full disk, an I/O error) is reported through `warn` at once and training goes on; the next
+// snapshot tries again. Once kMaxFailedSnapshots have failed in a row, check_failures() and save_async throw.
+// Keep-K counts only this run's snapshots that it wrote or read back whole; older ones of this run left by an
+// earlier process are read back before they are removed, and a corrupt one is set aside instead.
+constexpr int kMaxFailedSnapshots = 3;
+
 class SnapshotStore {
  public:
-  // Creates the directory and proves it writable; throws ddp::Error naming it.
-  SnapshotStore(std::string dir, int keep);
+  // Opens the directory and proves it can hold a snapshot; throws ddp::Error naming it.
+  SnapshotStore(const std::string& dir, int keep, const std::string& run_id, Warn warn);
   ~SnapshotStore();
   SnapshotStore(const SnapshotStore&) = delete;
   SnapshotStore& operator=(const SnapshotStore&) = delete;
+
+  // This run's newest snapshot that loads whole and is what its name says; each corrupt one is set aside (renamed
+  // "<name>.corrupt") with a warning and the next older one tried. Snapshots of other runs are left alone.
+  std::optional<LoadedSnapshot> resume();
 
   using Saved = std::function<void(const std::string& path)>;
   // `saved` runs on the writer thread once the file is durable under its final name. The tensors of `live`
@@ -92,20 +100,35 @@ class SnapshotStore {
   // Returns once the last save_async has copied the state.
   void before_update();
   // Writes on the calling thread, straight from the live tensors (what torch.save does); returns the path.
+  // Throws when the write fails.
   std::string save(const SnapshotContent& live);
-  // Waits for the write in flight; rethrows its error.
+  // Waits for the write in flight (whose failure its thread has reported).
   void wait();
+  // Throws once kMaxFailedSnapshots writes in a row have failed; cheap enough for every step.
+  void check_failures();
 
-  const std::string& dir() const { return dir_; }
+  const std::string& dir() const { return files_.dir(); }
   // Time save_async and before_update kept their caller from training, in total, and how many snapshots.
   std::chrono::duration<double> blocked() const { return blocked_; }
   int async_saves() const { return async_saves_; }
 
  private:
-  std::string write(const SnapshotContent& content) const;
+  std::string write(const SnapshotContent& content);
+  void prune();
+  std::string set_aside(const SnapshotName& name) const;  // what became of it, for a warning
 
-  std::string dir_;
-  int keep_;
+  SnapshotFiles files_;
+  std::size_t keep_;
+  Warn warn_;
+  struct Kept {
+    SnapshotName name;
+    bool verified = false;  // written by this process or read back whole
+  };
+  std::vector<Kept> kept_;  // this run's snapshots, newest first
+  int record_failure(const std::string& failure);  // "" for a success; returns the failures in a row
+  std::mutex failure_mutex_;  // the writer thread records, the training thread checks
+  int failures_in_a_row_ = 0;
+  std::string last_failure_;
   SnapshotContent staging_;
   struct StagingJob;
   void stage_once(StagingJob& job);

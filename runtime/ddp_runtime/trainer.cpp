@@ -114,10 +114,8 @@ void check_fits(const NamedTensors& model, const LoadedSnapshot& snapshot) {
   }
 }
 
-std::optional<LoadedSnapshot> find_start(const TrainOptions& options, const std::string& dir, Console& console) {
-  if (options.resume.empty()) {
-    return newest_valid_snapshot(dir, [&](const std::string& message) { console.warn(message); });
-  }
+std::optional<LoadedSnapshot> find_start(const TrainOptions& options, SnapshotStore& store) {
+  if (options.resume.empty()) return store.resume();
   try {
     return LoadedSnapshot{options.resume, read_snapshot(options.resume)};
   } catch (const SnapshotCorrupt& e) {
@@ -133,15 +131,19 @@ std::optional<LoadedSnapshot> agree_on_start(const Distributed& dist, const Trai
   std::string decision;
   if (dist.rank == 0) {
     try {
-      store = std::make_unique<SnapshotStore>(options.snapshot_dir, options.keep);
-      loaded = find_start(options, store->dir(), console);
+      store = std::make_unique<SnapshotStore>(options.snapshot_dir, options.keep, options.run_id,
+                                              [&console](const std::string& message) { console.warn(message); });
+      loaded = find_start(options, *store);
       decision = "P" + (loaded ? loaded->path : std::string());
     } catch (const Error& e) {
       decision = std::string("E") + e.what();
+    } catch (const std::exception& e) {
+      decision = std::string("F") + e.what();
     }
   }
   decision = broadcast_string(dist, decision);
   if (decision.front() == 'E') throw Error(decision.substr(1));
+  if (decision.front() == 'F') throw std::runtime_error(decision.substr(1));
   const std::string path = decision.substr(1);
   if (path.empty() || loaded) return loaded;
   try {
@@ -258,6 +260,7 @@ SnapshotContent Trainer::live_content() {
   std::lock_guard<std::mutex> lock(generator.mutex());
   content.rng_state = generator.get_state();
   content.progress = progress_;
+  content.run_id = options_.run_id;
   return content;
 }
 
@@ -306,6 +309,7 @@ bool Trainer::stop_agreed(Seconds step_time) {
 
 void Trainer::after_step(int64_t epoch, bool epoch_end) {
   if (store_ == nullptr) return;
+  store_->check_failures();
   const bool epoch_due = epoch_end && options_.save_every > 0 && epoch % options_.save_every == 0;
   const bool time_due = options_.snapshot_every_seconds > 0 &&
                         Seconds(Clock::now() - last_snapshot_).count() >= options_.snapshot_every_seconds;

@@ -11,12 +11,17 @@
 #   --plugin-dir DIR     where ddp.so goes (default: PluginDir of slurm.conf, else the directory of auth_munge.so)
 #   --plugstack FILE     the plugstack.conf to use (default: PlugStackConfig of slurm.conf, else beside slurm.conf)
 #   --build-dir DIR      build directory (default: a fresh temporary directory)
+#   --optional           plugstack line "optional" instead of "required". required: a node where ddp.so is missing
+#                        or fails to load runs no job step at all (a broken node shows at once); use it when the
+#                        plugin is part of every node's image. optional: such a node still runs steps without
+#                        --ddp, and srun refuses --ddp where ddp.so is missing; use it while rolling out or
+#                        upgrading, or when ddp.so sits on shared storage that a node may reach late.
 # Running it twice changes nothing: files are only written when their content differs. It refuses to install
 # a plugin built against headers of another Slurm version than the srun it finds.
 set -euo pipefail
 
 SOURCE=$(cd "$(dirname "$0")/../.." && pwd)
-prefix="" slurm_conf="${SLURM_CONF:-}" plugin_dir="" plugstack="" build_dir="" args=()
+prefix="" slurm_conf="${SLURM_CONF:-}" plugin_dir="" plugstack="" build_dir="" mode=required args=()
 
 die() { echo "install-head-node: $*" >&2; exit 1; }
 say() { echo "install-head-node: $*"; }
@@ -29,7 +34,8 @@ parse_args() {
       --plugin-dir) plugin_dir=${2:?--plugin-dir needs a directory}; shift 2 ;;
       --plugstack) plugstack=${2:?--plugstack needs a file}; shift 2 ;;
       --build-dir) build_dir=${2:?--build-dir needs a directory}; shift 2 ;;
-      -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+      --optional) mode=optional; shift ;;
+      -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
       *=*) args+=("$1"); shift ;;
       *) die "unknown argument '$1'; see --help" ;;
     esac
@@ -120,7 +126,7 @@ install_plugin() {
 }
 
 configure_plugstack() {
-  local line="required $plugin_dir/ddp.so${args[*]:+ ${args[*]}}" include_dir
+  local line="$mode $plugin_dir/ddp.so${args[*]:+ ${args[*]}}" include_dir
   [ -f "$plugstack" ] || write_if_changed "$plugstack" "include $(dirname "$plugstack")/plugstack.conf.d/*.conf"
   include_dir=$(sed -n -E 's/^[[:space:]]*include[[:space:]]+(.*)\/\*(\.conf)?[[:space:]]*$/\1/p' "$plugstack" | head -n 1)
   if [ -n "$include_dir" ]; then

@@ -6,9 +6,13 @@
 namespace ddp::doctor {
 
 ClockOffset offset_of(const ClockSample& s) {
-  const int64_t delay = (s.returned_ns - s.sent_ns) - (s.replied_ns - s.received_ns);
-  const int64_t offset = ((s.received_ns - s.sent_ns) + (s.replied_ns - s.returned_ns)) / 2;
-  return {offset, std::max<int64_t>(delay, 0) / 2};
+  // Two of the times come from a peer: any int64 may arrive. In 128 bits nothing overflows; the results are
+  // clamped back to int64 (a clock that far off fails its check all the same).
+  using Wide = __int128;
+  const auto clamp = [](Wide v) { return static_cast<int64_t>(std::clamp<Wide>(v, INT64_MIN, INT64_MAX)); };
+  const Wide delay = (Wide{s.returned_ns} - s.sent_ns) - (Wide{s.replied_ns} - s.received_ns);
+  const Wide offset = ((Wide{s.received_ns} - s.sent_ns) + (Wide{s.replied_ns} - s.returned_ns)) / 2;
+  return {clamp(offset), clamp(std::max<Wide>(delay, 0) / 2)};
 }
 
 ClockOffset best_offset(const std::vector<ClockSample>& samples) {

@@ -2,8 +2,9 @@
 # Topology binding on the test cluster (issue 3): the socket interface is the one that reaches the master
 # (eth0, not the second NIC eth1), --ddp-nic overrides it and a bad name fails the step; tasks of a node get
 # disjoint CPU sets within what Slurm allowed (none with --ddp-bind=none); a node without GPUs gets CPU binding and
-# a NIC only; a saved hwloc export (HWLOC_XMLFILE, NVIDIA and AMD) is planned but binds nothing, and the verbose
-# line names the rules that decided; --ddp-check runs the node checks.
+# a NIC only; a saved hwloc export (the admin's topology_xml, NVIDIA and AMD) is planned but binds nothing, and the
+# verbose line names the rules that decided; --ddp-check runs the node checks. (The job's own HWLOC_XMLFILE is never
+# read in slurmstepd: security.sh.)
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -51,7 +52,8 @@ check_nic_override() {
 check_saved_topology() {
   local xml out
   xml=$(stage "$DDP_SOURCE_DIR/tests/topology/data/aws-p4d.24xlarge.xml")
-  out=$(run_on_cluster env HWLOC_XMLFILE="$xml" srun --ddp --ddp-verbose -N1 -n2 sh -c "$show" 2>&1)
+  set_plugstack "required $DDP_CLUSTER_PLUGIN topology_xml=$xml"
+  out=$(run_on_cluster srun --ddp --ddp-verbose -N1 -n2 sh -c "$show" 2>&1)
   # Two tasks of eight GPUs. The nodes have 4 CPUs (slurm.conf), so the step's Slurm cores are among 0-3, all on
   # the export's socket 0: the tasks take that socket's GPUs (issue 16), on its two host bridges (10:1c.0 and
   # 20:1c.0, GPUs 0 and 2), listed first so that task r uses cuda:r.
@@ -70,13 +72,14 @@ check_saved_amd_topology() {
   xml=$(stage "$DDP_SOURCE_DIR/tests/topology/data/amd-epyc-8xMI50-1xmlx5.xml")
   # shellcheck disable=SC2016  # expanded by the task's shell
   rocm='echo "$SLURM_PROCID rocr=${ROCR_VISIBLE_DEVICES-unset} hip=${HIP_VISIBLE_DEVICES-unset} cuda=${CUDA_VISIBLE_DEVICES-unset}"'
-  out=$(run_on_cluster env HWLOC_XMLFILE="$xml" srun --ddp --ddp-verbose -N1 -n2 sh -c "$rocm" 2>&1)
+  set_plugstack "required $DDP_CLUSTER_PLUGIN topology_xml=$xml"
+  out=$(run_on_cluster srun --ddp --ddp-verbose -N1 -n2 sh -c "$rocm" 2>&1)
   # The step's cores are on socket 0 (see check_saved_topology): rsmi0 (63:00.0), then rsmi1 (43:00.0), whose
   # host bridge and closest NIC differ from rsmi0's.
   assert_eq 2 "$(echo "$out" | grep -c ' rocr=0,1,2,3,4,5,6,7 hip=0,1,2,3,4,5,6,7 cuda=unset$')" \
     "ROCm variables from the MI50 export: $out"
   assert_contains "$out" "gpu=cuda:1(0000:43:00.0)" "the second task's MI50 is socket 0's second"
-  out=$(run_on_cluster env HWLOC_XMLFILE="$xml" HIP_VISIBLE_DEVICES=0 srun --ddp -N1 -n2 sh -c "$rocm" 2>&1)
+  out=$(run_on_cluster env HIP_VISIBLE_DEVICES=0 srun --ddp -N1 -n2 sh -c "$rocm" 2>&1)
   assert_eq 2 "$(echo "$out" | grep -c ' hip=0 ')" "a HIP_VISIBLE_DEVICES the user set is kept: $out"
 }
 
@@ -94,7 +97,7 @@ check_node_checks() {
 check_interface_reaching_master
 check_cpu_binding
 check_nic_override
-check_saved_topology
-check_saved_amd_topology
 check_node_checks
+check_saved_topology  # these two last: they change plugstack.conf
+check_saved_amd_topology
 pass "socket interface, --ddp-nic, CPU binding, saved NVIDIA and AMD topologies, --ddp-check"

@@ -9,8 +9,8 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/training_lib.sh"
 
 TRAINING=(EPOCHS=6 SAVE_EVERY=1 WORKLOAD=mlp TRAIN_ARGS="--width 2048 --samples 256 --keep 10")
-TEMPORARY_GLOB=".snapshot-snapshot-e000003-*.tmp-*"  # epoch 3's snapshot while it is being written
-TEMPORARY_RE='^\.snapshot-snapshot-e000003-.*\.tmp-'
+TEMPORARY_GLOB=".snapshot-e000003-*.tmp-*"  # epoch 3's snapshot while it is being written
+TEMPORARY_RE='^\.snapshot-e000003-.*\.tmp-'
 injector=$(stage "$(dirname "$0")/kill_rank.sh")
 
 baseline=$(submit_template multi-node.sbatch "$TEST_DIR/baseline" "${TRAINING[@]}" -- --cpus-per-task=1)

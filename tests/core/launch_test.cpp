@@ -28,6 +28,7 @@ TEST(Launch, ReadsTheTorchrunVariablesThatSrunDdpExports) {
                                                           {"DDP_BACKEND", "gloo"},
                                                           {"TORCHELASTIC_RESTART_COUNT", "2"},
                                                           {"TORCHELASTIC_RUN_ID", "42.0"},
+                                                          {"DDP_JOB_KEY", "0123456789abcdef0123456789abcdef"},
                                                           {"OMP_NUM_THREADS", "4,2"}}));
   EXPECT_EQ(launch.source, LaunchSource::Torchrun);
   EXPECT_EQ(launch.rank, 3);
@@ -37,6 +38,9 @@ TEST(Launch, ReadsTheTorchrunVariablesThatSrunDdpExports) {
   EXPECT_EQ(launch.master_addr, "node1");
   EXPECT_EQ(launch.master_port, 29500);
   EXPECT_EQ(launch.run_id, "42.0");
+  EXPECT_EQ(launch.job_key, "0123456789abcdef0123456789abcdef");
+  // Anything else under that name is no key: the store proof then falls back to the keyless one.
+  EXPECT_EQ(launch_from_environment(env_with({{"DDP_JOB_KEY", "guessable"}})).job_key, "");
   EXPECT_EQ(launch.socket_ifnames, (std::vector<std::string>{"eth0", "ib0"}));
   EXPECT_EQ(launch.backend, Backend::Gloo);
   EXPECT_EQ(launch.restart_count, 2);

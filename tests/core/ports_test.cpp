@@ -5,6 +5,7 @@
 #include <set>
 
 #include "error.hpp"
+#include "parse.hpp"
 
 namespace ddp {
 namespace {
@@ -25,6 +26,64 @@ TEST(Ports, UserPortWinsThenReservedThenHash) {
 TEST(Ports, RejectsGarbageInReservedPorts) {
   EXPECT_THROW(choose_master_port(std::nullopt, "abc", 7, 0, kRange), Error);
   EXPECT_THROW(choose_master_port(std::nullopt, "0-3", 7, 0, kRange), Error);
+  for (const char* bad : {"", ",", "12000,", "12000-", "-12000", "12003-12000", "12005,12001", "12000-12003,12002",
+                          "70000", "12000 ", "1e4", "12000--12001"}) {
+    EXPECT_THROW(parse_reserved_ports(bad), Error) << bad;
+  }
+}
+
+TEST(Ports, ReadsSlurmsReservedPortLists) {
+  const std::vector<PortRange> ranges = parse_reserved_ports("12000-12003,12007,12010-12011");
+  ASSERT_EQ(ranges.size(), 3u);
+  EXPECT_EQ(ranges[1].first, 12007);
+  EXPECT_EQ(ranges[1].last, 12007);
+  EXPECT_EQ(ranges[2].last, 12011);
+  try {
+    parse_reserved_ports("12005,12001");
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "SLURM_STEP_RESV_PORTS (set by Slurm's MpiParams=ports) '12005,12001' is not an "
+                                     "ascending list of ports and FIRST-LAST ranges");
+  }
+}
+
+TEST(Ports, JobKeysAreRandomHex) {
+  const std::string key = new_job_key();
+  EXPECT_TRUE(is_job_key(key)) << key;
+  EXPECT_NE(key, new_job_key());
+  EXPECT_FALSE(is_job_key("0123456789ABCDEF0123456789abcdef"));
+  EXPECT_FALSE(is_job_key("0123"));
+}
+
+// Issue 12 item 4: without a key, jobs 1000 and 1625 got the same port (and steps 0 and 16 of a job), and anyone
+// could compute it. With the job's key the place in the range is the key's: the job id plays no part, a job's
+// steps never share a port, and across jobs the ports spread over the whole range.
+TEST(Ports, KeyedPortsFollowTheKeyNotTheJobId) {
+  EXPECT_EQ(hashed_port(1000, 0, kRange), hashed_port(1625, 0, kRange)) << "the repetition without a key";
+  const std::string key = "0123456789abcdef0123456789abcdef";
+  EXPECT_EQ(hashed_port(1000, 0, kRange, key), hashed_port(1625, 0, kRange, key));
+  EXPECT_EQ(hashed_port(1000, 0, kRange, key), 20000 + 0x01234567 % 10000);
+  std::set<uint16_t> steps;
+  for (uint32_t step = 0; step < 1000; ++step) steps.insert(hashed_port(4242, step, kRange, key));
+  EXPECT_EQ(steps.size(), 1000u);
+  std::set<uint16_t> jobs;
+  for (int job = 0; job < 1000; ++job) {
+    const uint16_t port = hashed_port(1000, 0, kRange, new_job_key());
+    EXPECT_TRUE(kRange.contains(port));
+    jobs.insert(port);
+  }
+  // 1000 keys over 10000 ports: about 952 distinct values; 900 is more than seven standard deviations below.
+  EXPECT_GT(jobs.size(), 900u);
+  EXPECT_EQ(choose_master_port(std::nullopt, "", 1000, 2, kRange, key).port, hashed_port(1000, 2, kRange, key));
+  EXPECT_EQ(choose_master_port(std::nullopt, "", 1000, 2, kRange, "not a key").port, hashed_port(1000, 2, kRange));
+}
+
+TEST(Parse, MaximaBelowNineAreKept) {
+  EXPECT_EQ(parse_uint("7", 5), std::nullopt);
+  EXPECT_EQ(parse_uint("5", 5), 5u);
+  EXPECT_EQ(parse_uint("0", 0), 0u);
+  EXPECT_EQ(parse_uint("1", 0), std::nullopt);
+  EXPECT_EQ(parse_uint("18446744073709551615", UINT64_MAX), UINT64_MAX);
+  EXPECT_EQ(parse_uint("18446744073709551616", UINT64_MAX), std::nullopt);
 }
 
 TEST(Ports, ConcurrentStepsOfOneJobNeverShareAPort) {

@@ -1,6 +1,8 @@
 #include "snapshot_dir.hpp"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@ namespace fs = std::filesystem;
 const PathVars kVars{"alice", "4711", "resnet"};
 
 std::string error_of(const std::function<void()>& body) {
+  // Empty when body succeeds.
   try {
     body();
   } catch (const Error& e) {
@@ -54,15 +57,31 @@ TEST(SnapshotDirTemplate, RejectsWhatWouldEscapeOrIsUnknown) {
   EXPECT_NE(error_of([] { expand_path_template("/fsx/%", kVars); }), "");
 }
 
+constexpr auto kDeadline = std::chrono::seconds(10);
+const std::string kOption = "--ddp-snapshot-dir";
+
+unsigned mode_of(const std::string& path) {
+  struct stat info {};
+  EXPECT_EQ(lstat(path.c_str(), &info), 0) << path;
+  return info.st_mode & 07777;
+}
+
+TEST(SnapshotDirTemplate, RefusesUserWithoutANameInsteadOfUsingTheUid) {
+  EXPECT_NE(error_of([] { expand_path_template("/fsx/%u/%j", {"", "1", "x"}); }).find("has no name on this node"),
+            std::string::npos);
+  EXPECT_EQ(expand_path_template("/fsx/%j", {"", "1", "x"}), "/fsx/1");
+}
+
 TEST_F(SnapshotDirTest, CreatesMissingParentsPrivately) {
   const std::string dir = root_ + "/alice/job-1/snapshots";
-  prepare_snapshot_dir(dir);
+  prepare_snapshot_dir(dir, kOption, kDeadline);
   for (const std::string& created : {root_ + "/alice", root_ + "/alice/job-1", dir}) {
-    struct stat info = {};
-    ASSERT_EQ(stat(created.c_str(), &info), 0) << created;
-    EXPECT_EQ(info.st_mode & 0777, 0700u) << created;
+    EXPECT_EQ(mode_of(created), 0700u) << created;
   }
-  prepare_snapshot_dir(dir);  // a requeued job finds it again
+  prepare_snapshot_dir(dir, kOption, kDeadline);  // a requeued job finds it again
+  const SnapshotDir opened = SnapshotDir::open(dir, kOption);
+  EXPECT_GE(opened.fd(), 0);
+  EXPECT_EQ(opened.path(), dir);
 }
 
 TEST_F(SnapshotDirTest, AFileIsNotADirectory) {
@@ -70,26 +89,128 @@ TEST_F(SnapshotDirTest, AFileIsNotADirectory) {
   std::FILE* created = std::fopen(file.c_str(), "w");
   ASSERT_NE(created, nullptr) << file;
   std::fclose(created);
-  EXPECT_NE(error_of([&] { prepare_snapshot_dir(file); }).find("is not a directory"), std::string::npos);
-  EXPECT_NE(error_of([&] { prepare_snapshot_dir(file + "/below"); }).find("cannot be created"), std::string::npos);
+  EXPECT_NE(error_of([&] { prepare_snapshot_dir(file, kOption, kDeadline); }).find("is not a directory"), std::string::npos);
+  EXPECT_NE(error_of([&] { prepare_snapshot_dir(file + "/below", kOption, kDeadline); }).find("is not a directory"),
+            std::string::npos);
+}
+
+TEST_F(SnapshotDirTest, RefusesALinkAsTheLastComponentButFollowsOneAbove) {
+  ASSERT_EQ(mkdir((root_ + "/real").c_str(), 0700), 0);
+  ASSERT_EQ(symlink((root_ + "/real").c_str(), (root_ + "/link").c_str()), 0);
+  EXPECT_EQ(error_of([&] { SnapshotDir::open(root_ + "/link", kOption); }),
+            "snapshot directory '" + root_ + "/link' is a symbolic link; give the directory it points to; use a "
+            "directory of your own (--ddp-snapshot-dir)");
+  EXPECT_EQ(error_of([&] { SnapshotDir::open(root_ + "/link/below", kOption); }), "");
+  EXPECT_EQ(mode_of(root_ + "/real/below"), 0700u);
+}
+
+TEST_F(SnapshotDirTest, RefusesADirectoryOthersMayWrite) {
+  ASSERT_EQ(mkdir((root_ + "/open").c_str(), 0700), 0);
+  ASSERT_EQ(chmod((root_ + "/open").c_str(), 0777), 0);
+  EXPECT_NE(error_of([&] { SnapshotDir::open(root_ + "/open", kOption); }).find("is writable by others (mode 0777)"),
+            std::string::npos);
+  ASSERT_EQ(chmod((root_ + "/open").c_str(), 0775), 0);
+  EXPECT_NE(error_of([&] { SnapshotDir::open(root_ + "/open", kOption); }).find("chmod go-w"), std::string::npos);
+  ASSERT_EQ(chmod((root_ + "/open").c_str(), 0755), 0);
+  EXPECT_EQ(error_of([&] { SnapshotDir::open(root_ + "/open", kOption); }), "");
+}
+
+// Runs `body` as uid/gid `user` in a child process; the child's exit status says whether it held.
+int as_user(uid_t user, const std::function<bool()>& body) {
+  const pid_t child = fork();
+  if (child == 0) {
+    if (setresgid(user, user, user) != 0 || setresuid(user, user, user) != 0) _exit(3);
+    _exit(body() ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+constexpr uid_t kVictim = 65534;    // nobody
+constexpr uid_t kAttacker = 65533;  // any other uid
+
+// Issue 12 item 2: with an admin template such as /scratch/ddp-%j, another user pre-creates the next job's
+// directory 0777 and then reads the weights, deletes snapshots or plants one. The victim's step must refuse it.
+TEST_F(SnapshotDirTest, ADirectoryAnotherUserMadeIsRefusedWithOneLine) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as two users";
+  ASSERT_EQ(chmod(root_.c_str(), 01777), 0);  // a shared scratch directory, sticky like /tmp
+  const std::string planted = root_ + "/ddp-4711";
+  ASSERT_EQ(mkdir(planted.c_str(), 0777), 0);
+  ASSERT_EQ(chown(planted.c_str(), kAttacker, kAttacker), 0);
+  ASSERT_EQ(chmod(planted.c_str(), 0777), 0);
+  // The attacker's parent for a %u/%j template: everyone may write it, no sticky bit.
+  const std::string parent = root_ + "/victim";
+  ASSERT_EQ(mkdir(parent.c_str(), 0777), 0);
+  ASSERT_EQ(chown(parent.c_str(), kAttacker, kAttacker), 0);
+  ASSERT_EQ(chmod(parent.c_str(), 0777), 0);
+  // And a link named like the victim's next directory, pointing at a directory of the victim's.
+  const std::string own = root_ + "/own";
+  ASSERT_EQ(mkdir(own.c_str(), 0700), 0);
+  ASSERT_EQ(chown(own.c_str(), kVictim, kVictim), 0);
+  ASSERT_EQ(symlink(own.c_str(), (root_ + "/ddp-4712").c_str()), 0);
+  ASSERT_EQ(lchown((root_ + "/ddp-4712").c_str(), kAttacker, kAttacker), 0);
+
+  const auto refused = [&](const std::string& dir, const std::string& expected) {
+    return as_user(kVictim, [&] {
+      const std::string message = error_of([&] { prepare_snapshot_dir(dir, kOption, kDeadline); });
+      if (message.find(expected) == std::string::npos || message.find('\n') != std::string::npos) {
+        std::fprintf(stderr, "for %s expected [%s] in [%s]\n", dir.c_str(), expected.c_str(), message.c_str());
+        return false;
+      }
+      return true;
+    });
+  };
+  EXPECT_EQ(refused(planted, "snapshot directory '" + planted + "' is owned by uid 65533, not by you (uid 65534): its "
+                             "owner could read, replace or delete your snapshots; use a directory of your own "
+                             "(--ddp-snapshot-dir)"), 0);
+  EXPECT_EQ(refused(parent + "/4711", "lies in '" + parent + "', which uid 65533 owns and everyone may write"), 0);
+  EXPECT_EQ(refused(root_ + "/ddp-4712", "is a symbolic link"), 0);
+  // Nothing was created in the attacker's directories.
+  EXPECT_FALSE(std::filesystem::exists(parent + "/4711"));
+  // The victim's own directory in the sticky scratch directory is fine.
+  EXPECT_EQ(as_user(kVictim, [&] { return error_of([&] { prepare_snapshot_dir(root_ + "/ddp-4713", kOption, kDeadline); }).empty(); }), 0);
 }
 
 TEST_F(SnapshotDirTest, ChecksAsTheUserNotAsRoot) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to switch to an unprivileged user";
   // A root-owned 0755 directory: root could write there, user nobody cannot, and the check must say so.
   ASSERT_EQ(chmod(root_.c_str(), 0755), 0);
+  EXPECT_EQ(as_user(kVictim, [&] {
+    const std::string message = error_of([&] { prepare_snapshot_dir(root_, kOption, kDeadline); });
+    const std::string below = error_of([&] { prepare_snapshot_dir(root_ + "/sub", kOption, kDeadline); });
+    return message.find("is owned by uid 0, not by you") != std::string::npos &&
+           below.find("cannot be created") != std::string::npos;
+  }), 0);
+}
+
+// Issue 12 item 9: a file system that hangs (here: an ext4 image frozen with fsfreeze, where mkdir waits
+// uninterruptibly) must cost the task its deadline, with one line, not hang the step. In a child process with a
+// mount namespace of its own, so nothing is left mounted on failure.
+TEST_F(SnapshotDirTest, AHungFileSystemFailsAtTheDeadlineWithOneLine) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount and freeze a file system";
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) _exit(3);
-    const std::string message = error_of([&] { prepare_snapshot_dir(root_); });
-    const bool named = message.find("snapshot directory '" + root_ + "' is not writable") != std::string::npos;
-    const std::string below = error_of([&] { prepare_snapshot_dir(root_ + "/sub"); });
-    _exit(named && below.find("cannot be created") != std::string::npos ? 0 : 1);
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(77);
+    const std::string image = root_ + "/image", point = root_ + "/mnt";
+    const std::string setup = "truncate -s 16M " + image + " && mkfs.ext4 -q " + image + " && mkdir " + point +
+                              " && mount -o loop " + image + " " + point + " && fsfreeze -f " + point;
+    if (std::system((setup + " 2>/dev/null").c_str()) != 0) _exit(77);
+    const std::string message =
+        error_of([&] { prepare_snapshot_dir(point + "/alice/snapshots", kOption, std::chrono::milliseconds(1500)); });
+    std::system(("fsfreeze -u " + point + "; umount -l " + point).c_str());
+    const bool ok = message == "snapshot directory '" + point + "/alice/snapshots' did not answer within 1.5 s: its "
+                               "file system hangs on this node; check the mount, or use another directory "
+                               "(--ddp-snapshot-dir)";
+    if (!ok) std::fprintf(stderr, "got [%s]\n", message.c_str());
+    _exit(ok ? 0 : 1);
   }
   int status = 0;
   waitpid(child, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "no loop device, mkfs.ext4 or fsfreeze here";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 StepPlan plan_with(const Options& options, const Config& config) {

@@ -93,6 +93,14 @@ TEST(ClockOffset, BestSampleIsTheOneWithTheLeastDelay) {
   EXPECT_EQ(best.error_ns, 50'000);
 }
 
+// Issue 12: the peer's two times arrive from the wire; extreme values overflowed int64 (undefined behaviour).
+TEST(ClockOffset, ExtremeTimesFromAPeerNeitherOverflowNorPass) {
+  const ClockOffset far = offset_of({0, INT64_MAX, INT64_MAX, 1000});
+  EXPECT_GT(far.offset_ns, int64_t{4'000'000'000'000'000'000});
+  EXPECT_EQ(offset_of({INT64_MAX, INT64_MIN, INT64_MIN, INT64_MAX}).offset_ns, INT64_MIN);
+  EXPECT_EQ(grade_clock_offset(far, 100, 300).status, Status::Fail);
+}
+
 TEST(ClockOffset, GradedAgainstLogAndMungeLimits) {
   const auto ok = grade_clock_offset({2'000'000, 10'000}, 100, 300);
   EXPECT_EQ(ok.status, Status::Ok);

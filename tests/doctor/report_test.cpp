@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <sstream>
 
 #include "doctor/wire.hpp"
@@ -78,6 +80,21 @@ TEST(Report, JsonCarriesEveryFieldEscaped) {
 
 TEST(Report, JsonEscapesControlCharacters) {
   EXPECT_EQ(json_escape("a\"b\\c\nd\te\x01"), "a\\\"b\\\\c\\nd\\te\\u0001");
+}
+
+// Issue 12: peer strings were printed raw, so a peer could send terminal escapes to rank 0's terminal.
+TEST(Report, TableShowsControlCharactersOfPeersAsText) {
+  Report report;
+  CheckResult row = make_result("net.rendezvous", Status::Ok, "up\x1b]0;owned\x07", "", "line\nbreak");
+  row.host = "node\x1b[2J";
+  row.rank = 1;
+  report.results = {row};
+  const std::string table = format_table(report);
+  EXPECT_EQ(table.find('\x1b'), std::string::npos) << table;
+  EXPECT_NE(table.find("node?[2J"), std::string::npos) << table;
+  EXPECT_NE(table.find("up?]0;owned?"), std::string::npos) << table;
+  EXPECT_NE(table.find("line?break"), std::string::npos) << table;
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 2) << table;
 }
 
 TEST(Report, ExitStatusFailsOnlyOnFail) {

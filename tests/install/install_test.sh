@@ -48,6 +48,8 @@ install_into "$WORK/b" default_backend=gloo >/dev/null
 [ "$(grep -c 'ddp\.so' "$WORK/b/plugstack.conf")" = 1 ] || fail "not exactly one ddp.so line: $(cat "$WORK/b/plugstack.conf")"
 grep -q "^required $WORK/b/plugins/ddp.so default_backend=gloo$" "$WORK/b/plugstack.conf" || fail "line not updated"
 grep -q "^# site plugins: keep this line$" "$WORK/b/plugstack.conf" || fail "other plugstack lines lost"
+install_into "$WORK/b" --optional >/dev/null
+grep -q "^optional $WORK/b/plugins/ddp.so$" "$WORK/b/plugstack.conf" || fail "--optional: $(cat "$WORK/b/plugstack.conf")"
 
 # 4. Headers of another Slurm version than the srun found: refused, with both versions named.
 headers=$(sed -n -E 's/^#define SLURM_VERSION_NUMBER 0x([0-9a-fA-F]+).*/\1/p' /usr/include/slurm/slurm_version.h)

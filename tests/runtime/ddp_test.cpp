@@ -217,6 +217,7 @@ int run_test_worker(const std::string& name) {
     if (name == "train") return train_worker();
     if (name == "mismatch") return mismatch_worker();
     if (name.rfind("mpi-", 0) == 0) return mpi_worker(name);
+    if (name.rfind("snapshot-", 0) == 0) return snapshot_worker(name);
   } catch (const std::exception& e) {
     std::cerr << "worker " << name << ": " << e.what() << std::endl;
     return 2;

@@ -1,13 +1,8 @@
 // The command line: what ddp-train reads, and how it refuses bad input.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include "ddp_runtime/cli.hpp"
 #include "ddp_runtime/idx.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
 #include "env.hpp"
 #include "error.hpp"
 #include "test_support.hpp"
@@ -76,49 +71,15 @@ TEST(Idx, ReadsUnsignedByteArraysAndRefusesOthers) {
   testing::write_bytes(dir + "/gz", "\x1f\x8b\x08\x00");
   EXPECT_NE(error_of([&] { read_idx_file(dir + "/gz"); }).find("gunzip"), std::string::npos);
   EXPECT_NE(error_of([&] { read_idx_file(dir + "/missing"); }).find("cannot open"), std::string::npos);
-}
-
-TEST(SnapshotFiles, NamesSortByGlobalStepNewestFirst) {
-  const std::string dir = testing::make_temp_dir();
-  for (const SnapshotName name : {SnapshotName{2, 64}, SnapshotName{10, 320}, SnapshotName{5, 160}}) {
-    testing::write_bytes(join_path(dir, snapshot_file_name(name)), "x");
-  }
-  testing::write_bytes(dir + "/snapshot.pt", "not ours");
-  EXPECT_EQ(snapshot_file_name({10, 320}), "snapshot-e000010-s000000000320.pt");
-  EXPECT_EQ(snapshot_paths_newest_first(dir), (std::vector<std::string>{dir + "/snapshot-e000010-s000000000320.pt",
-                                                                        dir + "/snapshot-e000005-s000000000160.pt",
-                                                                        dir + "/snapshot-e000002-s000000000064.pt"}));
-  prune_snapshots(dir, 1);
-  EXPECT_EQ(snapshot_paths_newest_first(dir), (std::vector<std::string>{dir + "/snapshot-e000010-s000000000320.pt"}));
-}
-
-TEST(SnapshotFiles, AtomicFileAppearsOnlyOnCommit) {
-  const std::string dir = testing::make_temp_dir();
-  {
-    AtomicFile abandoned(dir + "/a.pt");
-    abandoned.write("half", 4);
-  }
-  EXPECT_NE(access((dir + "/a.pt").c_str(), F_OK), 0);
-  AtomicFile file(dir + "/b.pt");
-  file.write("whole", 5);
-  EXPECT_NE(access((dir + "/b.pt").c_str(), F_OK), 0);
-  file.commit();
-  EXPECT_EQ(testing::read_text(dir + "/b.pt"), "whole");
-  EXPECT_EQ(snapshot_paths_newest_first(dir).size(), 0u);
-}
-
-TEST(SnapshotFiles, PrepareRemovesStaleTemporariesAndRefusesUnwritableDirectories) {
-  const std::string dir = testing::make_temp_dir();
-  testing::write_bytes(dir + "/.snapshot-e000001-s000000000001.pt.tmp-12345", "killed mid-write");
-  prepare_snapshot_dir(dir + "/new/nested");
-  prepare_snapshot_dir(dir);
-  EXPECT_NE(access((dir + "/.snapshot-e000001-s000000000001.pt.tmp-12345").c_str(), F_OK), 0);
-  struct stat info;
-  EXPECT_EQ(stat((dir + "/new/nested").c_str(), &info), 0);
-  testing::write_bytes(dir + "/file", "a file, not a directory");
-  const std::string message = error_of([&] { prepare_snapshot_dir(dir + "/file/snaps"); });
-  EXPECT_NE(message.find(dir + "/file"), std::string::npos) << message;
-  EXPECT_NE(message.find("--snapshot-dir"), std::string::npos) << message;
+  // Issue 12: a 16-byte file whose header claims 1.1 GiB was allocated before it was read.
+  testing::write_bytes(dir + "/liar", std::string("\0\0\x08\x03\0\0\xea\x60\0\0\0\x1c\0\0\0\x1c", 16));
+  EXPECT_EQ(error_of([&] { read_idx_file(dir + "/liar"); }),
+            dir + "/liar is truncated: its header promises 47040000 bytes of data, it has 0");
+  testing::write_bytes(dir + "/huge", std::string("\0\0\x08\x04\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"
+                                                  "\xff\xff\xff\xff", 20));
+  EXPECT_NE(error_of([&] { read_idx_file(dir + "/huge"); }).find("huge is truncated: its header promises 3402823"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { read_idx_file("/dev/zero"); }).find("is not a regular file"), std::string::npos);
 }
 
 }  // namespace

@@ -61,5 +61,7 @@ std::string self_path();
 int run_test_worker(const std::string& name);
 // The workers of mpi_test.cpp, whose names start with "mpi-".
 int mpi_worker(const std::string& name);
+// The workers of snapshot_test.cpp, whose names start with "snapshot-".
+int snapshot_worker(const std::string& name);
 
 }  // namespace ddp::runtime::testing
