@@ -21,9 +21,12 @@ constexpr float kMarker = 1234.5f;  // a value easy to find among the file's byt
 SnapshotContent sample(int64_t global_step, float fill = kMarker) {
   SnapshotContent c;
   c.model_state = {{"weight", at::full({4, 5}, fill)}, {"bias", at::arange(4, at::kFloat)}};
-  c.momentum_buffers = {at::full({4, 5}, 0.25f), at::Tensor()};
-  c.lr = 0.01;
-  c.momentum = 0.9;
+  OptimizerState o;
+  o.lr = 0.01;
+  o.initial_lr = 0.02;
+  o.momentum = 0.9;
+  o.per_param = {{{"momentum_buffer", at::full({4, 5}, 0.25f)}}, {}};
+  c.optimizer = o;
   c.rng_state = at::detail::getDefaultCPUGenerator().get_state();
   c.progress = {3, 7, global_step, 11, 2, 32};
   return c;
@@ -35,19 +38,31 @@ void expect_same(const SnapshotContent& a, const SnapshotContent& b) {
     EXPECT_EQ(a.model_state[i].first, b.model_state[i].first);
     EXPECT_TRUE(at::equal(a.model_state[i].second, b.model_state[i].second));
   }
-  ASSERT_EQ(a.momentum_buffers.size(), b.momentum_buffers.size());
-  EXPECT_TRUE(at::equal(a.momentum_buffers[0], b.momentum_buffers[0]));
-  EXPECT_FALSE(b.momentum_buffers[1].defined());
+  ASSERT_TRUE(b.optimizer.has_value());
+  const OptimizerState& x = *a.optimizer;
+  const OptimizerState& y = *b.optimizer;
+  EXPECT_EQ(x.kind, y.kind);
+  for (const auto& [first, second] : {std::pair{x.lr, y.lr}, {x.initial_lr, y.initial_lr}, {x.momentum, y.momentum},
+                                      {x.weight_decay, y.weight_decay}, {x.beta1, y.beta1}, {x.beta2, y.beta2},
+                                      {x.eps, y.eps}}) {
+    EXPECT_EQ(first, second);
+  }
+  ASSERT_EQ(x.per_param.size(), y.per_param.size());
+  for (std::size_t i = 0; i < x.per_param.size(); ++i) {
+    ASSERT_EQ(x.per_param[i].size(), y.per_param[i].size()) << "parameter " << i;
+    for (std::size_t j = 0; j < x.per_param[i].size(); ++j) {
+      EXPECT_EQ(x.per_param[i][j].first, y.per_param[i][j].first);
+      EXPECT_TRUE(at::equal(x.per_param[i][j].second, y.per_param[i][j].second)) << x.per_param[i][j].first;
+    }
+  }
   EXPECT_TRUE(at::equal(a.rng_state, b.rng_state));
-  EXPECT_EQ(a.lr, b.lr);
-  EXPECT_EQ(a.momentum, b.momentum);
   EXPECT_EQ(a.progress.epochs_run, b.progress.epochs_run);
   EXPECT_EQ(a.progress.batches_done, b.progress.batches_done);
   EXPECT_EQ(a.progress.global_step, b.progress.global_step);
   EXPECT_EQ(a.progress.seed, b.progress.seed);
   EXPECT_EQ(a.progress.world_size, b.progress.world_size);
   EXPECT_EQ(a.progress.batch_size, b.progress.batch_size);
-  EXPECT_FALSE(b.from_seed_script);
+  EXPECT_FALSE(b.from_python);
 }
 
 void flip_marker(const std::string& path) {
@@ -65,6 +80,21 @@ TEST(Snapshot, RoundTripsEverythingItHolds) {
   const std::string path = store.save(saved);
   EXPECT_EQ(path, store.dir() + "/snapshot-e000003-s000000000320.pt");
   expect_same(saved, read_snapshot(path));
+}
+
+TEST(Snapshot, RoundTripsAdamWState) {
+  SnapshotStore store(testing::make_temp_dir(), 3);
+  SnapshotContent saved = sample(5);
+  OptimizerState& o = *saved.optimizer;
+  o.kind = OptimizerKind::AdamW;
+  o.momentum = 0.0;  // SGD's, not written for AdamW
+  o.weight_decay = 0.01;
+  o.beta1 = 0.8;
+  o.eps = 1e-6;
+  o.per_param = {{{"step", at::scalar_tensor(5.0, at::kFloat)}, {"exp_avg", at::full({4, 5}, 0.5f)},
+                  {"exp_avg_sq", at::full({4, 5}, 0.125f)}},
+                 {}};
+  expect_same(saved, read_snapshot(store.save(saved)));
 }
 
 TEST(Snapshot, WritesInTheBackgroundFromStagedCopiesAndKeepsTheLastK) {
@@ -148,7 +178,8 @@ TEST(Snapshot, ReadsTheDictTheSeedScriptSaves) {
   const testing::Result result = testing::run({python, testing::python_script("snapshot_io.py"), "write-seed", path, "4"});
   ASSERT_EQ(result.status, 0) << result.output;
   const SnapshotContent content = read_snapshot(path);
-  EXPECT_TRUE(content.from_seed_script);
+  EXPECT_TRUE(content.from_python);
+  EXPECT_FALSE(content.optimizer.has_value());
   EXPECT_EQ(content.progress.epochs_run, 4);
   ASSERT_EQ(content.model_state.size(), 2u);
   EXPECT_EQ(model_fingerprint(content.model_state), "weight:[1, 20] bias:[1]");

@@ -1,6 +1,7 @@
 """Python's side of the snapshot format tests, with Debian's python3-torch.
 
   snapshot_io.py read PATH               prints what torch.load finds in a ddp-train snapshot
+  snapshot_io.py seed-resume PATH        the seed script's _load_snapshot on PATH
   snapshot_io.py write-seed PATH EPOCHS  writes a snapshot the way the seed script does
 """
 import sys
@@ -8,8 +9,18 @@ import sys
 import torch
 
 
-def read(path):
+def load_with_defaults(path):
+    """torch.load(path) as users call it; from PyTorch 2 on, also with weights_only=True (PyTorch 2.6's default;
+    1.13's weights_only unpickler cannot read floats at all, in any file)."""
     snapshot = torch.load(path)
+    if int(torch.__version__.split(".")[0]) >= 2:
+        snapshot = torch.load(path, weights_only=True)
+        print("weights_only=True read it")
+    return snapshot
+
+
+def read(path):
+    snapshot = load_with_defaults(path)
     print("type", type(snapshot).__name__)
     print("keys", " ".join(sorted(snapshot)))
     print("EPOCHS_RUN", snapshot["EPOCHS_RUN"])
@@ -25,14 +36,27 @@ def read(path):
     print("loaded into Linear, SGD and the RNG")
 
 
+def seed_resume(path):
+    """multigpu_torchrun.py's Trainer._load_snapshot, on the CPU."""
+    model = torch.nn.Linear(20, 1)
+    snapshot = torch.load(path, map_location="cpu")
+    model.load_state_dict(snapshot["MODEL_STATE"])
+    epochs_run = snapshot["EPOCHS_RUN"]
+    print(f"Resuming training from snapshot at Epoch {epochs_run}")
+    print(f"weight_sum {float(model.weight.sum()):.4f}")
+
+
 def write_seed(path, epochs):
+    """multigpu_torchrun.py's Trainer._save_snapshot: the state_dict is an OrderedDict."""
     torch.manual_seed(1234)
     model = torch.nn.Linear(20, 1)
-    torch.save({"MODEL_STATE": dict(model.state_dict()), "EPOCHS_RUN": epochs}, path)
+    torch.save({"MODEL_STATE": model.state_dict(), "EPOCHS_RUN": epochs}, path)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "read":
         read(sys.argv[2])
+    elif sys.argv[1] == "seed-resume":
+        seed_resume(sys.argv[2])
     else:
         write_seed(sys.argv[2], int(sys.argv[3]))
