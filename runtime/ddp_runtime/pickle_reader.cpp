@@ -10,7 +10,6 @@
 #include <functional>
 #include <limits>
 #include <map>
-#include <optional>
 #include <string_view>
 #include <unordered_map>
 
@@ -46,16 +45,21 @@ struct Item {
 };
 
 // Python's storage classes name the element type of a tensor's storage.
-std::optional<at::ScalarType> storage_type(const std::string& name) {
+const std::map<std::string, at::ScalarType>& storage_types() {
   static const std::map<std::string, at::ScalarType> types = {
       {"FloatStorage", at::kFloat},   {"DoubleStorage", at::kDouble}, {"HalfStorage", at::kHalf},
       {"BFloat16Storage", at::kBFloat16}, {"LongStorage", at::kLong}, {"IntStorage", at::kInt},
       {"ShortStorage", at::kShort},   {"CharStorage", at::kChar},     {"ByteStorage", at::kByte},
       {"BoolStorage", at::kBool},     {"ComplexFloatStorage", at::kComplexFloat},
       {"ComplexDoubleStorage", at::kComplexDouble}, {"UntypedStorage", at::kByte}};
-  const auto found = types.find(name);
-  if (found == types.end()) return std::nullopt;
-  return found->second;
+  return types;
+}
+
+bool is_storage_type(at::ScalarType type) {
+  for (const auto& entry : storage_types()) {
+    if (entry.second == type) return true;
+  }
+  return false;
 }
 
 using StorageLoader = std::function<at::Tensor(const std::string& key, at::ScalarType type, int64_t numel)>;
@@ -278,8 +282,8 @@ class Unpickler {
       item.callable = Callable::RebuildParameter;
     } else if (module == "torch.jit._pickle" && (name == "restore_type_tag" || name.rfind("build_", 0) == 0)) {
       item.callable = Callable::FirstArgument;  // what LibTorch's pickler wraps typed dicts and lists in
-    } else if (module == "torch" && storage_type(name)) {
-      item.value = static_cast<int64_t>(*storage_type(name));
+    } else if (module == "torch" && storage_types().count(name) > 0) {
+      item.value = static_cast<int64_t>(storage_types().at(name));
     } else if (module.rfind("__torch__", 0) == 0) {
       fail("it holds a TorchScript object (" + item.name + "), not tensors saved by torch.save");
     } else {
@@ -348,7 +352,9 @@ class Unpickler {
         !a[4].isInt() || a[4].toInt() < 0) {
       fail("it has a persistent id other than torch.save's ('storage', type, key, location, size)");
     }
-    return load_storage_(a[2].toStringRef(), static_cast<at::ScalarType>(a[1].toInt()), a[4].toInt());
+    const auto type = static_cast<at::ScalarType>(a[1].toInt());
+    if (!is_storage_type(type)) fail("it has a storage of an unknown element type");
+    return load_storage_(a[2].toStringRef(), type, a[4].toInt());
   }
 
   std::string_view in_;

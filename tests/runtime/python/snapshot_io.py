@@ -3,7 +3,10 @@
   snapshot_io.py read PATH               prints what torch.load finds in a ddp-train snapshot
   snapshot_io.py seed-resume PATH        the seed script's _load_snapshot on PATH
   snapshot_io.py write-seed PATH EPOCHS  writes a snapshot the way the seed script does
+  snapshot_io.py write-zoo PATH          torch.save of every kind of value a state dict or data file holds
+  snapshot_io.py write-set PATH          torch.save of a Python set, which weights_only refuses too
 """
+import collections
 import sys
 
 import torch
@@ -53,8 +56,35 @@ def write_seed(path, epochs):
     torch.save({"MODEL_STATE": model.state_dict(), "EPOCHS_RUN": epochs}, path)
 
 
+def write_zoo(path):
+    base = torch.arange(12, dtype=torch.float32)
+    torch.save({
+        "ordered": collections.OrderedDict([("b", 1), ("a", 2)]),
+        "ints": [0, 255, 65535, -1, 2**31 - 1, -2**31, 2**40, -2**40, 2**63 - 1, -2**63],
+        "floats": (1.5, -0.0, 1e300),
+        "flags": [True, False, None],
+        "text": "h\u00e9llo",
+        "nested": {"t": (1, (2, [3])), 7: "int key"},
+        "transposed": base.reshape(3, 4).t(),
+        "view_a": base[2:5],
+        "view_b": base[4:],
+        "half": torch.tensor([1.0, -2.5], dtype=torch.float16),
+        "bytes": torch.tensor([1, 200], dtype=torch.uint8),
+        "mask": torch.tensor([True, False]),
+        "long": torch.tensor([-3, 2**40]),
+        "empty": torch.empty(0, 3),
+        "scalar": torch.tensor(4.25, dtype=torch.float64),
+        "parameter": torch.nn.Parameter(torch.ones(2)),
+        "state_dict": torch.nn.Linear(2, 3).state_dict(),
+    }, path)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "read":
+    if sys.argv[1] == "write-zoo":
+        write_zoo(sys.argv[2])
+    elif sys.argv[1] == "write-set":
+        torch.save({"a": {1, 2}}, sys.argv[2])
+    elif sys.argv[1] == "read":
         read(sys.argv[2])
     elif sys.argv[1] == "seed-resume":
         seed_resume(sys.argv[2])
