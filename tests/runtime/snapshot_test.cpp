@@ -203,7 +203,8 @@ TEST(PickleReader, ReadsEveryValueTorchSaveWritesIntoAStateDictOrADataFile) {
   EXPECT_EQ(ordered.at("b").toInt(), 1);
   EXPECT_EQ(ordered.at("a").toInt(), 2);
   std::vector<int64_t> ints;
-  for (const c10::IValue& v : zoo.at("ints").toList()) ints.push_back(v.toInt());
+  const auto int_list = zoo.at("ints").toList();
+  for (std::size_t i = 0; i < int_list.size(); ++i) ints.push_back(int_list.get(i).toInt());
   EXPECT_EQ(ints, (std::vector<int64_t>{0, 255, 65535, -1, 2147483647, -2147483648LL, 1LL << 40, -(1LL << 40),
                                         std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}));
   const auto floats = zoo.at("floats").toTupleRef().elements();
