@@ -1,6 +1,7 @@
 # Debian packages through CPack, one per component, like other SPANK plugins ship:
 #   slurm-ddp-plugin   ddp.so and its plugstack.conf.d snippet (a conffile), tied to the Slurm series built against
 #   slurm-ddp-tools    ddp-topo, ddp-doctor, ddp-train and the sbatch templates
+#   slurm-ddp-dev      the runtime's C++ API: headers, static library, CMake package (find_package(SlurmDDP))
 # Build with: cpack -G DEB --config build/CPackConfig.cmake
 # Licence: BSD-3-Clause (LICENSE), installed as each package's /usr/share/doc/<package>/copyright.
 set(CPACK_GENERATOR DEB)
@@ -13,6 +14,9 @@ set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_COMPONENTS_ALL plugin tools)
+if(TARGET ddp_runtime)
+  list(APPEND CPACK_COMPONENTS_ALL dev)
+endif()
 
 set(CPACK_DEBIAN_PLUGIN_PACKAGE_NAME slurm-ddp-plugin)
 set(CPACK_DEBIAN_PLUGIN_DESCRIPTION "SPANK plugin adding srun --ddp (torchrun's environment for every task)")
@@ -33,5 +37,13 @@ endforeach()
 
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME slurm-ddp-tools)
 set(CPACK_DEBIAN_TOOLS_DESCRIPTION "ddp-topo, ddp-doctor, ddp-train and sbatch templates for slurm-ddp")
+
+set(CPACK_DEBIAN_DEV_PACKAGE_NAME slurm-ddp-dev)
+set(CPACK_DEBIAN_DEV_DESCRIPTION "C++ API of the slurm-ddp runtime: train your own LibTorch model with ddp-train's loop")
+set(_dev_depends "libtorch-dev, zlib1g-dev")
+if(DDP_RUNTIME_WITH_MPI)
+  string(APPEND _dev_depends ", libopenmpi-dev")
+endif()
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "${_dev_depends}")
 
 include(CPack)

@@ -3,7 +3,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickler.h>
-#include <torch/optim/sgd.h>
+#include <torch/optim/optimizer.h>
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -142,23 +142,21 @@ std::shared_ptr<c10d::Reducer> make_reducer(const std::vector<at::Tensor>& param
                                          std::move(config.param_names), config.first_bucket_bytes_cap);
 }
 
-at::Tensor sgd_momentum_buffer(torch::optim::SGD& optimizer, const at::Tensor& param) {
+torch::optim::OptimizerParamState* optimizer_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
   auto& state = optimizer.state();
   const auto found = state.find(state_key_of(optimizer, param));
-  if (found == state.end()) return {};
-  return static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
+  return found == state.end() ? nullptr : found->second.get();
 }
 
-void set_sgd_momentum_buffer(torch::optim::SGD& optimizer, const at::Tensor& param, const at::Tensor& buffer) {
-  auto state = std::make_unique<torch::optim::SGDParamState>();
-  state->momentum_buffer(buffer);
+void set_optimizer_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                               std::unique_ptr<torch::optim::OptimizerParamState> state) {
   optimizer.state()[state_key_of(optimizer, param)] = std::move(state);
 }
 
 void write_pickle_archive(const c10::IValue& value, const ByteSink& sink) {
   std::vector<char> pickle;
-  torch::jit::Pickler pickler(
-      [&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); });
+  torch::jit::Pickler pickler([&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); },
+                              nullptr, nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
   pickler.protocol();
   pickler.pushIValue(value);
   pickler.stop();

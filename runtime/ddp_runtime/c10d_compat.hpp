@@ -31,8 +31,9 @@ class Store;
 }  // namespace c10d
 
 namespace torch::optim {
-class SGD;
-}
+class Optimizer;
+class OptimizerParamState;
+}  // namespace torch::optim
 
 namespace ddp::runtime::compat {
 
@@ -74,12 +75,15 @@ struct ReducerConfig {
 std::shared_ptr<c10d::Reducer> make_reducer(const std::vector<at::Tensor>& params, ReducerConfig config,
                                             const ProcessGroupPtr& group);
 
-// SGD's momentum buffer of one parameter: undefined before its first step.
-at::Tensor sgd_momentum_buffer(torch::optim::SGD& optimizer, const at::Tensor& param);
-void set_sgd_momentum_buffer(torch::optim::SGD& optimizer, const at::Tensor& param, const at::Tensor& buffer);
+// An optimizer's state of one parameter (SGDParamState, AdamWParamState, ...): nullptr before its first step.
+torch::optim::OptimizerParamState* optimizer_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param);
+void set_optimizer_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                               std::unique_ptr<torch::optim::OptimizerParamState> state);
 
 // Writes `value` in torch.save's zip format, streaming: tensors go from their storage to `sink` without a copy
-// of the whole file in memory.
+// of the whole file in memory. Dicts and lists are written untagged, as Python's pickle writes them: PyTorch
+// >= 2.6 loads with weights_only=True by default and refuses LibTorch's type tags (restore_type_tag,
+// build_intlist). `value` must hold no specialised list (c10::List<int64_t> and the like; use GenericList).
 using ByteSink = std::function<void(const void* data, std::size_t size)>;
 void write_pickle_archive(const c10::IValue& value, const ByteSink& sink);
 

@@ -63,6 +63,35 @@ std::string default_run_id(const EnvLookup& env) {
   return "default";
 }
 
+LossKind parse_loss(const std::string& text) {
+  if (text == "mse") return LossKind::MeanSquaredError;
+  if (text == "cross-entropy") return LossKind::CrossEntropy;
+  if (text == "nll") return LossKind::NegativeLogLikelihood;
+  throw Error("--loss '" + text + "' is not a loss; use mse, cross-entropy or nll");
+}
+
+OptimizerKind parse_optimizer(const std::string& text) {
+  if (text == "sgd") return OptimizerKind::Sgd;
+  if (text == "adamw") return OptimizerKind::AdamW;
+  throw Error("--optimizer '" + text + "' is not an optimizer; use sgd or adamw");
+}
+
+LrSchedule parse_schedule(const std::string& text) {
+  if (text == "constant") return LrSchedule::Constant;
+  if (text == "step") return LrSchedule::Step;
+  if (text == "cosine") return LrSchedule::Cosine;
+  throw Error("--lr-schedule '" + text + "' is not a schedule; use constant, step or cosine");
+}
+
+void parse_betas(OptimizerOptions& o, const std::string& text) {
+  const std::size_t comma = text.find(',');
+  const std::string fix = "; e.g. --betas 0.9,0.999";
+  if (comma == std::string::npos) throw Error("--betas '" + text + "' is not two numbers separated by a comma" + fix);
+  o.beta1 = parse_real("--betas", text.substr(0, comma), Sign::NonNegative, "0.9,0.999");
+  o.beta2 = parse_real("--betas", text.substr(comma + 1), Sign::NonNegative, "0.9,0.999");
+  if (o.beta1 >= 1 || o.beta2 >= 1) throw Error("--betas '" + text + "' must both be below 1" + fix);
+}
+
 using Setter = std::function<void(TrainOptions&, const std::string&)>;
 
 const std::map<std::string, Setter>& value_options() {
@@ -71,14 +100,34 @@ const std::map<std::string, Setter>& value_options() {
        [](TrainOptions& o, const std::string& v) { o.batch_size = parse_whole("--batch-size", v, 1, "32"); }},
       {"--workload", [](TrainOptions& o, const std::string& v) { o.workload = parse_workload(v); }},
       {"--width", [](TrainOptions& o, const std::string& v) { o.width = parse_whole("--width", v, 1, "1024"); }},
-      {"--samples",
-       [](TrainOptions& o, const std::string& v) { o.samples = parse_whole<int64_t>("--samples", v, 1, "2048"); }},
-      {"--data", [](TrainOptions& o, const std::string& v) { o.data_dir = v; }},
-      {"--lr", [](TrainOptions& o, const std::string& v) { o.lr = parse_real("--lr", v, Sign::NonNegative, "1e-3"); }},
-      {"--momentum", [](TrainOptions& o,
-                        const std::string& v) { o.momentum = parse_real("--momentum", v, Sign::NonNegative, "0.9"); }},
-      {"--accumulate",
-       [](TrainOptions& o, const std::string& v) { o.accumulate = parse_whole("--accumulate", v, 1, "4"); }},
+      {"--samples", [](TrainOptions& o, const std::string& v) { o.samples = parse_whole<int64_t>("--samples", v, 1, "2048"); }},
+      {"--model", [](TrainOptions& o, const std::string& v) { o.model = v; }},
+      {"--data", [](TrainOptions& o, const std::string& v) { o.data = v; }},
+      {"--loss", [](TrainOptions& o, const std::string& v) { o.loss = parse_loss(v); }},
+      {"--optimizer", [](TrainOptions& o, const std::string& v) { o.optimizer.kind = parse_optimizer(v); }},
+      {"--lr", [](TrainOptions& o, const std::string& v) { o.optimizer.lr = parse_real("--lr", v, Sign::NonNegative, "1e-3"); }},
+      {"--momentum", [](TrainOptions& o, const std::string& v) {
+         o.optimizer.momentum = parse_real("--momentum", v, Sign::NonNegative, "0.9");
+       }},
+      {"--weight-decay", [](TrainOptions& o, const std::string& v) {
+         o.optimizer.weight_decay = parse_real("--weight-decay", v, Sign::NonNegative, "0.01");
+       }},
+      {"--betas", [](TrainOptions& o, const std::string& v) { parse_betas(o.optimizer, v); }},
+      {"--eps", [](TrainOptions& o, const std::string& v) { o.optimizer.eps = parse_real("--eps", v, Sign::Positive, "1e-8"); }},
+      {"--clip-grad-norm", [](TrainOptions& o, const std::string& v) {
+         o.optimizer.clip_grad_norm = parse_real("--clip-grad-norm", v, Sign::NonNegative, "1.0");
+       }},
+      {"--lr-schedule", [](TrainOptions& o, const std::string& v) { o.optimizer.schedule = parse_schedule(v); }},
+      {"--lr-step-epochs", [](TrainOptions& o, const std::string& v) {
+         o.optimizer.step_epochs = parse_whole("--lr-step-epochs", v, 1, "10");
+       }},
+      {"--lr-gamma", [](TrainOptions& o, const std::string& v) {
+         o.optimizer.gamma = parse_real("--lr-gamma", v, Sign::NonNegative, "0.1");
+       }},
+      {"--warmup-steps", [](TrainOptions& o, const std::string& v) {
+         o.optimizer.warmup_steps = parse_whole<int64_t>("--warmup-steps", v, 0, "100");
+       }},
+      {"--accumulate", [](TrainOptions& o, const std::string& v) { o.accumulate = parse_whole("--accumulate", v, 1, "4"); }},
       {"--seed", [](TrainOptions& o, const std::string& v) { o.seed = parse_whole<uint64_t>("--seed", v, 0, "0"); }},
       {"--snapshot-dir", [](TrainOptions& o, const std::string& v) { o.snapshot_dir = v; }},
       {"--snapshot-every-seconds",
@@ -89,6 +138,7 @@ const std::map<std::string, Setter>& value_options() {
       {"--resume", [](TrainOptions& o, const std::string& v) { o.resume = v; }},
       {"--run-id", [](TrainOptions& o, const std::string& v) { o.run_id = checked_run_id("--run-id", v); }},
       {"--output", [](TrainOptions& o, const std::string& v) { o.output = v; }},
+      {"--output-script", [](TrainOptions& o, const std::string& v) { o.output_script = v; }},
       {"--backend", [](TrainOptions& o, const std::string& v) { o.backend = parse_backend(v, "--backend"); }},
       {"--timeout",
        [](TrainOptions& o, const std::string& v) {
@@ -111,13 +161,31 @@ void set_positionals(TrainOptions& options, const std::vector<std::string>& posi
   options.save_every = parse_whole("save_every", positionals[1], 0, "10");
 }
 
-void check_combination(const TrainOptions& options) {
-  if (options.workload == WorkloadKind::FashionMnist && options.data_dir.empty()) {
-    throw Error(
-        "--workload fashion-mnist needs --data DIR, a directory with train-images-idx3-ubyte and "
-        "train-labels-idx1-ubyte");
+// finalmodel.pt -> finalmodel.script.pt
+std::string script_path_for(const std::string& output) {
+  const std::size_t slash = output.rfind('/');
+  const std::size_t dot = output.rfind('.');
+  const bool has_extension = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  return (has_extension ? output.substr(0, dot) : output) + ".script.pt";
+}
+
+void check_combination(TrainOptions& options, bool workload_given) {
+  if (options.workload == WorkloadKind::FashionMnist && options.data.empty()) {
+    throw Error("--workload fashion-mnist needs --data DIR, a directory with train-images-idx3-ubyte and "
+                "train-labels-idx1-ubyte");
+  }
+  if (!options.model.empty() && workload_given) {
+    throw Error("--model and --workload both name what to train; give one of them");
+  }
+  if (!options.model.empty() && options.data.empty()) {
+    throw Error("--model " + options.model + " needs --data FILE[,FILE...]: torch.save({\"x\": inputs, \"y\": targets}) "
+                "files or directories holding x.npy and y.npy");
   }
   if (options.output.empty()) throw Error("--output '' names no file; e.g. --output finalmodel.pt");
+  if (options.output_script.empty()) options.output_script = script_path_for(options.output);
+  if (options.optimizer.warmup_steps > 0 && options.optimizer.schedule != LrSchedule::Cosine) {
+    throw Error("--warmup-steps applies to --lr-schedule cosine; add --lr-schedule cosine or drop --warmup-steps");
+  }
 }
 
 }  // namespace
@@ -125,6 +193,7 @@ void check_combination(const TrainOptions& options) {
 TrainOptions parse_train_args(const std::vector<std::string>& args, const EnvLookup& env) {
   TrainOptions options;
   std::vector<std::string> positionals;
+  bool workload_given = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -143,12 +212,13 @@ TrainOptions parse_train_args(const std::vector<std::string>& args, const EnvLoo
       throw Error(name + " needs a value; run ddp-train --help");
     }
     setter->second(options, equals == std::string::npos ? args[++i] : arg.substr(equals + 1));
+    workload_given = workload_given || name == "--workload";
   }
   set_positionals(options, positionals);
   if (options.snapshot_dir.empty()) options.snapshot_dir = env("DDP_SNAPSHOT_DIR").value_or(".");
   if (options.snapshot_dir.empty()) options.snapshot_dir = ".";
   if (options.run_id.empty()) options.run_id = default_run_id(env);
-  check_combination(options);
+  check_combination(options, workload_given);
   return options;
 }
 
@@ -172,9 +242,20 @@ options:
                                fashion-mnist: the PyTorch quickstart network on IDX files in --data (seed)
   --width N                    hidden width of the mlp workload (1024)
   --samples N                  samples of the seed and mlp datasets (2048)
-  --data DIR                   FashionMNIST train-images-idx3-ubyte and train-labels-idx1-ubyte
-  --lr X                       SGD learning rate (1e-3)
+  --model FILE                 train this TorchScript module (torch.jit.script(m).save(FILE) or trace) on --data
+  --data PATH[,PATH...]        --model: files of torch.save({"x": inputs, "y": targets}) and/or directories
+                               holding x.npy and y.npy (memory-mapped), their samples in that order;
+                               fashion-mnist: a directory with train-images-idx3-ubyte and train-labels-idx1-ubyte
+  --loss mse|cross-entropy|nll (--model: cross-entropy when y holds class indices, else mse)
+  --optimizer sgd|adamw        torch.optim's SGD or AdamW (sgd)
+  --lr X                       learning rate (1e-3)
   --momentum X                 SGD momentum (0)
+  --weight-decay X             weight decay (SGD 0, AdamW 0.01)
+  --betas B1,B2 / --eps X      AdamW's (0.9,0.999 / 1e-8)
+  --clip-grad-norm X           clip the gradients' total 2-norm to X before each step (0: off)
+  --lr-schedule constant|step|cosine
+                               step: lr x --lr-gamma (0.1) every --lr-step-epochs (10) epochs; cosine: from lr
+                               to 0 over the run's optimizer steps, after --warmup-steps N of linear warm-up
   --accumulate N               batches per optimizer step; gradients sync on the last only (1)
   --seed N                     seeds the model, the synthetic data and the sampler's shuffle (0)
   --snapshot-dir DIR           where snapshots go (DDP_SNAPSHOT_DIR, else the working directory)
@@ -184,6 +265,7 @@ options:
   --run-id ID                  the run whose snapshots are resumed and pruned (the Slurm job id, else
                                TORCHELASTIC_RUN_ID, else default); other runs' files are left alone
   --output FILE                final model, a state dict torch.load reads (finalmodel.pt)
+  --output-script FILE         --model: the trained module as TorchScript (--output's name with .script.pt)
   --backend auto|gloo|nccl|mpi overrides DDP_BACKEND (auto: NCCL on GPUs, else Gloo)
   --timeout SECONDS            rendezvous and collective timeout (1800)
   --bucket-cap-mb X            gradient bucket size, as DDP's bucket_cap_mb (25)
@@ -201,6 +283,19 @@ const char* to_string(WorkloadKind workload) {
     case WorkloadKind::FashionMnist: return "fashion-mnist";
   }
   return "?";
+}
+
+const char* to_string(LossKind loss) {
+  switch (loss) {
+    case LossKind::MeanSquaredError: return "mse";
+    case LossKind::CrossEntropy: return "cross-entropy";
+    case LossKind::NegativeLogLikelihood: return "nll";
+  }
+  return "?";
+}
+
+const char* to_string(OptimizerKind optimizer) {
+  return optimizer == OptimizerKind::AdamW ? "adamw" : "sgd";
 }
 
 }  // namespace ddp::runtime

@@ -13,20 +13,10 @@ namespace {
 // torch.nn.parallel.DistributedDataParallel's broadcast_bucket_size for module states.
 constexpr std::size_t kBroadcastBucketBytes = 250 * 1024 * 1024;
 
-std::vector<at::Tensor> trainable_parameters(torch::nn::Module& module) {
-  std::vector<at::Tensor> params;
-  for (const auto& param : module.parameters()) {
-    if (param.requires_grad()) params.push_back(param);
-  }
-  return params;
-}
-
-std::unordered_map<std::size_t, std::string> parameter_names(torch::nn::Module& module) {
-  std::unordered_map<std::size_t, std::string> names;
-  for (const auto& item : module.named_parameters()) {
-    if (item.value().requires_grad()) names.emplace(names.size(), item.key());
-  }
-  return names;
+NamedTensors named(const torch::OrderedDict<std::string, at::Tensor>& items) {
+  NamedTensors result;
+  for (const auto& item : items) result.emplace_back(item.key(), item.value());
+  return result;
 }
 
 void broadcast_from_rank0(const compat::ProcessGroupPtr& group, const std::vector<at::Tensor>& tensors) {
@@ -37,10 +27,20 @@ void broadcast_from_rank0(const compat::ProcessGroupPtr& group, const std::vecto
 
 }  // namespace
 
-DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, const Distributed& dist,
+DistributedModel::DistributedModel(const std::shared_ptr<torch::nn::Module>& module, const Distributed& dist,
                                    DdpOptions options)
-    : module_(std::move(module)), group_(dist.group), buffers_(module_->buffers()) {
-  std::vector<at::Tensor> params = trainable_parameters(*module_);
+    : DistributedModel(named(module->named_parameters()), module->buffers(), dist, options) {}
+
+DistributedModel::DistributedModel(const NamedTensors& parameters, std::vector<at::Tensor> buffers,
+                                   const Distributed& dist, DdpOptions options)
+    : group_(dist.group), buffers_(std::move(buffers)) {
+  std::vector<at::Tensor> params;
+  std::unordered_map<std::size_t, std::string> names;
+  for (const auto& [name, param] : parameters) {
+    if (!param.requires_grad()) continue;
+    names.emplace(params.size(), name);
+    params.push_back(param);
+  }
   c10d::verify_params_across_processes(group_, params, c10::nullopt);
   std::vector<at::Tensor> states = params;
   states.insert(states.end(), buffers_.begin(), buffers_.end());
@@ -55,22 +55,21 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, co
   std::reverse(buckets.begin(), buckets.end());
   std::reverse(limits.begin(), limits.end());
   bucket_count_ = buckets.size();
-  compat::ReducerConfig config{std::move(buckets),
-                               std::move(limits),
-                               options.bucket_bytes_cap,
-                               options.first_bucket_bytes_cap,
-                               options.gradient_as_bucket_view,
-                               parameter_names(*module_)};
+  compat::ReducerConfig config{std::move(buckets), std::move(limits), options.bucket_bytes_cap,
+                               options.first_bucket_bytes_cap, options.gradient_as_bucket_view,
+                               std::move(names)};
   reducer_ = compat::make_reducer(params, std::move(config), group_);
 }
 
 DistributedModel::~DistributedModel() = default;
 
-void zero_gradients(torch::nn::Module& module) {
-  for (auto& param : module.parameters()) {
+void zero_gradients(const std::vector<at::Tensor>& parameters) {
+  for (const at::Tensor& param : parameters) {
     if (param.grad().defined()) param.mutable_grad().zero_();
   }
 }
+
+void zero_gradients(torch::nn::Module& module) { zero_gradients(module.parameters()); }
 
 void DistributedModel::before_forward() {
   if (!at::GradMode::is_enabled()) return;

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddp_runtime/cli.hpp"
+#include "ddp_runtime/job.hpp"
 #include "ddp_runtime/process_group.hpp"
 
 namespace torch::nn {
@@ -29,11 +29,15 @@ struct DdpOptions {
 };
 
 // Optimizer.zero_grad's in-place zeroing, which bucket views allow.
+void zero_gradients(const std::vector<at::Tensor>& parameters);
 void zero_gradients(torch::nn::Module& module);
 
 class DistributedModel {
  public:
-  DistributedModel(std::shared_ptr<torch::nn::Module> module, const Distributed& dist, DdpOptions options = {});
+  // The model's parameters (those that require gradients are synchronised, under their names) and buffers.
+  DistributedModel(const NamedTensors& parameters, std::vector<at::Tensor> buffers, const Distributed& dist,
+                   DdpOptions options = {});
+  DistributedModel(const std::shared_ptr<torch::nn::Module>& module, const Distributed& dist, DdpOptions options = {});
   ~DistributedModel();
   DistributedModel(const DistributedModel&) = delete;
   DistributedModel& operator=(const DistributedModel&) = delete;
@@ -63,13 +67,11 @@ class DistributedModel {
   };
 
   std::size_t bucket_count() const { return bucket_count_; }
-  torch::nn::Module& module() { return *module_; }
 
  private:
   void before_forward();
   void after_forward();
 
-  std::shared_ptr<torch::nn::Module> module_;
   compat::ProcessGroupPtr group_;
   std::vector<at::Tensor> buffers_;
   std::shared_ptr<c10d::Reducer> reducer_;

@@ -216,21 +216,23 @@ Distributed init_distributed(Launch launch, Backend hint, std::chrono::milliseco
 namespace {
 
 // NCCL reduces device tensors only; for Gloo the copies to and from the device are no-ops.
-void collective_on_device(const Distributed& dist, at::Tensor& tensor, bool broadcast) {
+void collective_on_device(const Distributed& dist, at::Tensor& tensor, bool broadcast, int root = 0) {
   std::vector<at::Tensor> tensors{tensor.to(dist.device)};
-  auto work = broadcast ? dist.group->broadcast(tensors) : dist.group->allreduce(tensors);
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  auto work = broadcast ? dist.group->broadcast(tensors, options) : dist.group->allreduce(tensors);
   work->wait();
   if (!tensors[0].is_same(tensor)) tensor.copy_(tensors[0]);
 }
 
 }  // namespace
 
-std::string broadcast_string(const Distributed& dist, const std::string& text) {
+std::string broadcast_string(const Distributed& dist, const std::string& text, int root) {
   at::Tensor length = at::tensor({static_cast<int64_t>(text.size())}, at::kLong);
-  collective_on_device(dist, length, true);
+  collective_on_device(dist, length, true, root);
   at::Tensor bytes = at::zeros({length.item<int64_t>()}, at::kByte);
-  if (dist.rank == 0) std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
-  collective_on_device(dist, bytes, true);
+  if (dist.rank == root) std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
+  collective_on_device(dist, bytes, true, root);
   const auto* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
   return std::string(data, data + bytes.numel());
 }

@@ -28,8 +28,8 @@ struct Distributed {
 // timeout. MPI: the launcher's rendezvous; MPI's rank and size must equal the Launch's.
 Distributed init_distributed(Launch launch, Backend hint, std::chrono::milliseconds timeout);
 
-// Rank 0's text on every rank.
-std::string broadcast_string(const Distributed& dist, const std::string& text);
+// The text of rank `root` on every rank.
+std::string broadcast_string(const Distributed& dist, const std::string& text, int root = 0);
 
 // Sums a small CPU tensor over all ranks, in place.
 void all_reduce_sum(const Distributed& dist, at::Tensor& tensor);

@@ -4,9 +4,6 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
 #include <c10/core/GradMode.h>
-#include <caffe2/serialize/inline_container.h>
-#include <caffe2/serialize/read_adapter_interface.h>
-#include <torch/csrc/jit/serialization/import_read.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -15,15 +12,18 @@
 
 #include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/error_message.hpp"
+#include "ddp_runtime/pickle_reader.hpp"
+#include "ddp_runtime/snapshot_files.hpp"
 #include "error.hpp"
 #include "parse.hpp"
 
 namespace ddp::runtime {
 namespace {
 
-constexpr char kFormat[] = "ddp-train snapshot 1";
+constexpr char kFormat[] = "ddp-train snapshot 2";
 using Clock = std::chrono::steady_clock;
 using GenericDict = c10::impl::GenericDict;
+using GenericList = c10::impl::GenericList;
 
 GenericDict string_dict() { return GenericDict(c10::StringType::get(), c10::AnyType::get()); }
 
@@ -45,6 +45,13 @@ class Checksum {
     const at::Tensor bytes = tensor.cpu().contiguous();
     add(bytes.data_ptr(), bytes.nbytes());
   }
+  void add(const NamedTensors& tensors) {
+    add(static_cast<int64_t>(tensors.size()));
+    for (const auto& [name, tensor] : tensors) {
+      add(name);
+      add(tensor);
+    }
+  }
   int64_t value() const { return static_cast<int64_t>(crc_); }
 
  private:
@@ -54,13 +61,17 @@ class Checksum {
 int64_t checksum(const SnapshotContent& c) {
   Checksum sum;
   sum.add(std::string(kFormat));
-  for (const auto& [name, tensor] : c.model_state) {
-    sum.add(name);
-    sum.add(tensor);
+  sum.add(c.model_state);
+  const OptimizerState& o = *c.optimizer;
+  sum.add(static_cast<int64_t>(o.kind));
+  for (const double value : {o.lr, o.initial_lr, o.weight_decay}) sum.add(value);
+  if (o.kind == OptimizerKind::Sgd) {
+    sum.add(o.momentum);
+  } else {
+    for (const double value : {o.beta1, o.beta2, o.eps}) sum.add(value);
   }
-  for (const at::Tensor& buffer : c.momentum_buffers) sum.add(buffer);
-  sum.add(c.lr);
-  sum.add(c.momentum);
+  sum.add(static_cast<int64_t>(o.per_param.size()));
+  for (const NamedTensors& state : o.per_param) sum.add(state);
   sum.add(c.rng_state);
   const TrainingProgress& p = c.progress;
   for (const int64_t value :
@@ -71,29 +82,47 @@ int64_t checksum(const SnapshotContent& c) {
   return sum.value();
 }
 
-GenericDict optimizer_dict(const SnapshotContent& c) {
-  GenericDict state(c10::IntType::get(), c10::AnyType::get());
-  c10::List<int64_t> params;
-  for (std::size_t i = 0; i < c.momentum_buffers.size(); ++i) {
-    params.push_back(static_cast<int64_t>(i));
-    if (!c.momentum_buffers[i].defined()) continue;
-    GenericDict param_state = string_dict();
-    param_state.insert("momentum_buffer", c.momentum_buffers[i]);
-    state.insert(static_cast<int64_t>(i), param_state);
-  }
-  // Every key of torch.optim.SGD's param_groups, so that Python's optimizer.load_state_dict accepts it.
+// Every key torch.optim's SGD and AdamW put in a param group, so that Python's optimizer.load_state_dict
+// accepts the group whatever its version (1.13 ignores the keys it does not know).
+GenericDict param_group(const OptimizerState& o) {
   GenericDict group = string_dict();
-  group.insert("lr", c.lr);
-  group.insert("momentum", c.momentum);
-  group.insert("dampening", 0.0);
-  group.insert("weight_decay", 0.0);
-  group.insert("nesterov", false);
+  group.insert("lr", o.lr);
+  if (o.kind == OptimizerKind::Sgd) {
+    group.insert("momentum", o.momentum);
+    group.insert("dampening", 0.0);
+    group.insert("weight_decay", o.weight_decay);
+    group.insert("nesterov", false);
+  } else {
+    group.insert("betas", c10::ivalue::Tuple::create(o.beta1, o.beta2));
+    group.insert("eps", o.eps);
+    group.insert("weight_decay", o.weight_decay);
+    group.insert("amsgrad", false);
+  }
   group.insert("maximize", false);
   group.insert("foreach", c10::IValue());
+  if (o.kind == OptimizerKind::AdamW) group.insert("capturable", false);
   group.insert("differentiable", false);
+  group.insert("fused", c10::IValue());
+  group.insert("initial_lr", o.initial_lr);
+  GenericList params(c10::AnyType::get());
+  for (std::size_t i = 0; i < o.per_param.size(); ++i) params.push_back(static_cast<int64_t>(i));
   group.insert("params", params);
-  c10::impl::GenericList groups(c10::AnyType::get());
-  groups.push_back(group);
+  return group;
+}
+
+GenericDict tensor_dict(const NamedTensors& entries) {
+  GenericDict dict = string_dict();
+  for (const auto& [name, tensor] : entries) dict.insert(name, tensor.detach());
+  return dict;
+}
+
+GenericDict optimizer_dict(const OptimizerState& o) {
+  GenericDict state(c10::IntType::get(), c10::AnyType::get());
+  for (std::size_t i = 0; i < o.per_param.size(); ++i) {
+    if (!o.per_param[i].empty()) state.insert(static_cast<int64_t>(i), tensor_dict(o.per_param[i]));
+  }
+  GenericList groups(c10::AnyType::get());
+  groups.push_back(param_group(o));
   GenericDict optimizer = string_dict();
   optimizer.insert("state", state);
   optimizer.insert("param_groups", groups);
@@ -110,18 +139,12 @@ GenericDict sampler_dict(const TrainingProgress& p) {
   return sampler;
 }
 
-c10::Dict<std::string, at::Tensor> tensor_dict(const std::vector<std::pair<std::string, at::Tensor>>& entries) {
-  c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [name, tensor] : entries) dict.insert(name, tensor.detach());
-  return dict;
-}
-
 GenericDict to_dict(const SnapshotContent& c) {
   GenericDict dict = string_dict();
   dict.insert("MODEL_STATE", tensor_dict(c.model_state));
   dict.insert("EPOCHS_RUN", c.progress.epochs_run);
   dict.insert("GLOBAL_STEP", c.progress.global_step);
-  dict.insert("OPTIMIZER_STATE", optimizer_dict(c));
+  dict.insert("OPTIMIZER_STATE", optimizer_dict(*c.optimizer));
   dict.insert("RNG_STATE", c.rng_state);
   dict.insert("SAMPLER", sampler_dict(c.progress));
   dict.insert("FINGERPRINT", model_fingerprint(c.model_state));
@@ -137,34 +160,62 @@ c10::IValue entry(const GenericDict& dict, const std::string& key, const std::st
   return found->value();
 }
 
-std::vector<at::Tensor> momentum_buffers_from(const GenericDict& optimizer, const std::string& path) {
-  const auto groups = entry(optimizer, "param_groups", path).toList();
-  const auto params = groups.get(0).toGenericDict().at("params").toList();
-  std::vector<at::Tensor> buffers(params.size());
-  for (const auto& item : entry(optimizer, "state", path).toGenericDict()) {
-    const auto index = static_cast<std::size_t>(item.key().toInt());
-    if (index >= buffers.size())
-      throw SnapshotCorrupt(path + ": optimizer state for parameter " + std::to_string(index));
-    buffers[index] = item.value().toGenericDict().at("momentum_buffer").toTensor();
-  }
-  return buffers;
+double number(const c10::IValue& value, const std::string& what, const std::string& path) {
+  if (value.isDouble()) return value.toDouble();
+  if (value.isInt()) return static_cast<double>(value.toInt());
+  throw SnapshotCorrupt(path + ": " + what + " is not a number");
 }
 
-void read_ddp_train_fields(const GenericDict& dict, const std::string& path, SnapshotContent& c) {
+// Ours, or one Python's optimizer.state_dict() wrote: the state of parameter params[p] is under key params[p].
+OptimizerState optimizer_from(const GenericDict& optimizer, const std::string& path) {
+  const auto groups = entry(optimizer, "param_groups", path).toList();
+  if (groups.size() != 1) {
+    throw SnapshotCorrupt(path + ": the optimizer has " + std::to_string(groups.size()) + " param groups; ddp-train uses one");
+  }
+  const GenericDict group = groups.get(0).toGenericDict();
+  OptimizerState o;
+  o.kind = group.contains("betas") ? OptimizerKind::AdamW : OptimizerKind::Sgd;
+  o.lr = number(entry(group, "lr", path), "lr", path);
+  o.initial_lr = group.contains("initial_lr") ? number(group.at("initial_lr"), "initial_lr", path) : o.lr;
+  o.weight_decay = number(entry(group, "weight_decay", path), "weight_decay", path);
+  if (o.kind == OptimizerKind::Sgd) {
+    o.momentum = number(entry(group, "momentum", path), "momentum", path);
+  } else {
+    const c10::IValue betas = group.at("betas");
+    const std::vector<c10::IValue> pair = betas.isTuple() ? betas.toTupleRef().elements().vec() : betas.toList().vec();
+    if (pair.size() != 2) throw SnapshotCorrupt(path + ": betas is not a pair");
+    o.beta1 = number(pair[0], "betas", path);
+    o.beta2 = number(pair[1], "betas", path);
+    o.eps = number(entry(group, "eps", path), "eps", path);
+  }
+  const auto params = entry(group, "params", path).toList();
+  o.per_param.resize(params.size());
+  for (const auto& item : entry(optimizer, "state", path).toGenericDict()) {
+    std::size_t p = 0;
+    while (p < params.size() && !(params.get(p).isInt() && item.key().isInt() && params.get(p).toInt() == item.key().toInt())) {
+      ++p;
+    }
+    if (p == params.size()) throw SnapshotCorrupt(path + ": optimizer state for a parameter not in its param group");
+    for (const auto& field : item.value().toGenericDict()) {
+      const std::string& name = field.key().toStringRef();
+      const c10::IValue& value = field.value();
+      if (value.isTensor()) {
+        o.per_param[p].emplace_back(name, value.toTensor());
+      } else if (!value.isNone()) {  // PyTorch before 1.12 kept AdamW's step as a number
+        o.per_param[p].emplace_back(name, at::scalar_tensor(number(value, name, path), at::kFloat));
+      }
+    }
+  }
+  return o;
+}
+
+void read_progress(const GenericDict& dict, const std::string& path, SnapshotContent& c) {
   c.progress.global_step = entry(dict, "GLOBAL_STEP", path).toInt();
-  const GenericDict optimizer = entry(dict, "OPTIMIZER_STATE", path).toGenericDict();
-  c.momentum_buffers = momentum_buffers_from(optimizer, path);
-  const auto group = optimizer.at("param_groups").toList().get(0).toGenericDict();
-  c.lr = group.at("lr").toDouble();
-  c.momentum = group.at("momentum").toDouble();
-  c.rng_state = entry(dict, "RNG_STATE", path).toTensor();
   const GenericDict sampler = entry(dict, "SAMPLER", path).toGenericDict();
   c.progress.seed = static_cast<uint64_t>(sampler.at("seed").toInt());
   c.progress.batches_done = sampler.at("batches_done").toInt();
   c.progress.world_size = sampler.at("world_size").toInt();
   c.progress.batch_size = sampler.at("batch_size").toInt();
-  c.run_id = entry(dict, "RUN_ID", path).toStringRef();
-  if (entry(dict, "CHECKSUM", path).toInt() != checksum(c)) throw SnapshotCorrupt(path + " fails its checksum");
 }
 
 SnapshotContent from_dict(const GenericDict& dict, const std::string& path) {
@@ -173,25 +224,34 @@ SnapshotContent from_dict(const GenericDict& dict, const std::string& path) {
     c.model_state.emplace_back(item.key().toStringRef(), item.value().toTensor());
   }
   c.progress.epochs_run = entry(dict, "EPOCHS_RUN", path).toInt();
-  c.from_seed_script = !dict.contains("FORMAT");
-  if (!c.from_seed_script) read_ddp_train_fields(dict, path, c);
+  c.from_python = !dict.contains("FORMAT");
+  if (c.from_python) {
+    // A run that Python continued: what it saved of ours is used, the rest starts afresh.
+    if (dict.contains("OPTIMIZER_STATE")) c.optimizer = optimizer_from(dict.at("OPTIMIZER_STATE").toGenericDict(), path);
+    if (dict.contains("RNG_STATE")) c.rng_state = dict.at("RNG_STATE").toTensor();
+    if (dict.contains("GLOBAL_STEP") && dict.contains("SAMPLER")) read_progress(dict, path, c);
+    return c;
+  }
+  const std::string format = entry(dict, "FORMAT", path).toStringRef();
+  if (format != kFormat) {
+    throw SnapshotCorrupt(path + " is in the format '" + format + "' of another ddp-train version; this one reads '" +
+                          kFormat + "'");
+  }
+  c.optimizer = optimizer_from(entry(dict, "OPTIMIZER_STATE", path).toGenericDict(), path);
+  c.rng_state = entry(dict, "RNG_STATE", path).toTensor();
+  read_progress(dict, path, c);
+  c.run_id = entry(dict, "RUN_ID", path).toStringRef();
+  if (entry(dict, "CHECKSUM", path).toInt() != checksum(c)) throw SnapshotCorrupt(path + " fails its checksum");
   return c;
 }
 
-// LibTorch's archive reader straight on the file: each record is read once, into the tensor that keeps it.
-class FileReader final : public caffe2::serialize::ReadAdapterInterface {
- public:
-  explicit FileReader(const SnapshotFile& file) : file_(file) {}
-  size_t size() const override { return static_cast<size_t>(file_.size()); }
-  size_t read(uint64_t pos, void* buf, size_t n, const char*) const override { return file_.read_some(pos, buf, n); }
-
- private:
-  const SnapshotFile& file_;
-};
-
-c10::IValue load_archive(const SnapshotFile& file) {
-  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<FileReader>(file));
-  return torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader);
+// The whole file, read once: the tensors read from it alias these bytes.
+std::vector<char> file_bytes(const SnapshotFile& file) {
+  std::vector<char> bytes(static_cast<std::size_t>(file.size()));
+  if (file.read_some(0, bytes.data(), bytes.size()) != bytes.size()) {
+    throw SnapshotCorrupt(file.path() + " could not be read whole (it shrank, or an I/O error)");
+  }
+  return bytes;
 }
 
 // Reuses the slot when the shape and type still fit: only the first snapshot pays for fresh memory.
@@ -206,18 +266,26 @@ void stage(at::Tensor& slot, const at::Tensor& live) {
   slot.copy_(live.detach());
 }
 
-void stage(SnapshotContent& staged, const SnapshotContent& live) {
-  staged.model_state.resize(live.model_state.size());
-  for (std::size_t i = 0; i < live.model_state.size(); ++i) {
-    staged.model_state[i].first = live.model_state[i].first;
-    stage(staged.model_state[i].second, live.model_state[i].second);
+void stage(NamedTensors& staged, const NamedTensors& live) {
+  staged.resize(live.size());
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    staged[i].first = live[i].first;
+    stage(staged[i].second, live[i].second);
   }
-  staged.momentum_buffers.resize(live.momentum_buffers.size());
-  for (std::size_t i = 0; i < live.momentum_buffers.size(); ++i)
-    stage(staged.momentum_buffers[i], live.momentum_buffers[i]);
+}
+
+void stage(SnapshotContent& staged, const SnapshotContent& live) {
+  stage(staged.model_state, live.model_state);
+  if (!live.optimizer) {
+    staged.optimizer.reset();
+  } else {
+    std::vector<NamedTensors> slots = staged.optimizer ? std::move(staged.optimizer->per_param) : std::vector<NamedTensors>();
+    staged.optimizer = *live.optimizer;
+    slots.resize(live.optimizer->per_param.size());
+    for (std::size_t i = 0; i < slots.size(); ++i) stage(slots[i], live.optimizer->per_param[i]);
+    staged.optimizer->per_param = std::move(slots);
+  }
   stage(staged.rng_state, live.rng_state);
-  staged.lr = live.lr;
-  staged.momentum = live.momentum;
   staged.progress = live.progress;
   staged.run_id = live.run_id;
 }
@@ -228,12 +296,11 @@ SnapshotContent read_snapshot(const SnapshotFile& file) {
   const std::string& path = file.path();
   c10::IValue value;
   try {
-    value = load_archive(file);
+    value = read_torch_save(bytes_in_memory(file_bytes(file)));
   } catch (const std::bad_alloc&) {
     throw;  // not the file's fault: it must not be set aside
   } catch (const std::exception& e) {
-    // c10::Error mostly; LibTorch's unpickler also throws std::runtime_error (a dict keyed by a dict, found by
-    // the corruption sweep in the runtime tests).
+    // UnreadableArchive, and c10::Error from tensors the archive describes wrongly.
     throw SnapshotCorrupt(path + " does not load: " + error_summary(e));
   }
   if (!value.isGenericDict()) throw SnapshotCorrupt(path + " does not hold a dict");
@@ -251,13 +318,13 @@ SnapshotContent read_snapshot(const SnapshotFile& file) {
 
 SnapshotContent read_snapshot(const std::string& path) { return read_snapshot(SnapshotFile::open(path)); }
 
-std::string model_fingerprint(const std::vector<std::pair<std::string, at::Tensor>>& model_state) {
+std::string model_fingerprint(const NamedTensors& model_state) {
   std::ostringstream text;
   for (const auto& [name, tensor] : model_state) text << (text.tellp() > 0 ? " " : "") << name << ':' << tensor.sizes();
   return text.str();
 }
 
-void write_model_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& model_state) {
+void write_model_file(const std::string& path, const NamedTensors& model_state) {
   AtomicFile file(path);  // mode 0600: the weights are the user's
   compat::write_pickle_archive(tensor_dict(model_state), [&](const void* data, std::size_t size) { file.write(data, size); });
   file.commit();

@@ -1,18 +1,26 @@
 #pragma once
 // Training snapshots: what they hold, their file format, and the store that writes them in the background.
 //
-// A snapshot is a dict saved in torch.save's zip format, which Python's torch.load reads as a plain dict:
-//   MODEL_STATE      {name: tensor}, the model's state_dict (the seed script's key)
+// A snapshot is a dict saved in torch.save's zip format. It holds only dicts, lists, tuples, tensors, ints,
+// floats, bools, None and strings, so that torch.load(path) reads it with PyTorch 2.6's default
+// weights_only=True (and 1.13's weights_only=True) as plain Python values:
+//   MODEL_STATE      {name: tensor}, the model's state_dict, keyed by the module's own parameter and buffer names
+//                    (the seed script's key): model.load_state_dict(snapshot["MODEL_STATE"])
 //   EPOCHS_RUN       the epoch to resume at (the seed script's key and meaning)
 //   GLOBAL_STEP      optimizer steps taken
-//   OPTIMIZER_STATE  torch.optim.SGD's state_dict layout: {"state": {i: {"momentum_buffer": t}}, "param_groups"}
+//   OPTIMIZER_STATE  the optimizer's state_dict() in torch.optim's own layout, one param group holding the
+//                    model's parameters in order: SGD {"state": {i: {"momentum_buffer": t}}, "param_groups":
+//                    [{"lr", "momentum", "weight_decay", ...}]}, AdamW {"state": {i: {"step": t, "exp_avg": t,
+//                    "exp_avg_sq": t}}, "param_groups": [{"lr", "betas", "eps", "weight_decay", ...}]};
+//                    optimizer.load_state_dict(snapshot["OPTIMIZER_STATE"]) continues the run
 //   RNG_STATE        torch.get_rng_state() of rank 0
 //   SAMPLER          {"seed", "epoch", "batches_done", "world_size", "batch_size"}: where in the epoch it stopped
 //   FINGERPRINT      the model's parameter names and shapes, "weight:[1, 20] bias:[1]"
 //   RUN_ID           the run that wrote it (snapshot_files.hpp), which its file name repeats
-//   FORMAT           "ddp-train snapshot 1"
+//   FORMAT           "ddp-train snapshot 2"
 //   CHECKSUM         CRC-32 of everything above (see snapshot.cpp), verified on load
-// A dict with only MODEL_STATE and EPOCHS_RUN, as the seed script writes, loads too.
+// A dict from Python (torch.save) loads too: MODEL_STATE (an OrderedDict state_dict is fine) and EPOCHS_RUN, as
+// the seed script writes, plus OPTIMIZER_STATE, GLOBAL_STEP, RNG_STATE and SAMPLER where present.
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
@@ -27,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddp_runtime/job.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
 
 namespace ddp::runtime {
@@ -40,15 +49,28 @@ struct TrainingProgress {
   int64_t batch_size = 0;
 };
 
+// torch.optim's state_dict() of an optimizer whose one parameter group holds every parameter of the model.
+struct OptimizerState {
+  OptimizerKind kind = OptimizerKind::Sgd;
+  double lr = 0.0;          // of the next step, after the schedule
+  double initial_lr = 0.0;  // --lr (what torch.optim.lr_scheduler records as initial_lr)
+  double momentum = 0.0;    // SGD
+  double weight_decay = 0.0;
+  double beta1 = 0.9;  // AdamW
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  // state[i] of parameter i, named as torch.optim names it: SGD {"momentum_buffer"}, AdamW {"step", "exp_avg",
+  // "exp_avg_sq"}; empty before the parameter's first update.
+  std::vector<NamedTensors> per_param;
+};
+
 struct SnapshotContent {
-  std::vector<std::pair<std::string, at::Tensor>> model_state;
-  std::vector<at::Tensor> momentum_buffers;  // one per parameter, undefined where SGD has none yet
-  double lr = 0.0;
-  double momentum = 0.0;
-  at::Tensor rng_state;  // undefined in a seed-script snapshot
+  NamedTensors model_state;
+  std::optional<OptimizerState> optimizer;  // absent in a snapshot Python wrote without OPTIMIZER_STATE
+  at::Tensor rng_state;                     // undefined in a seed-script snapshot
   TrainingProgress progress;
-  std::string run_id;             // empty in a seed-script snapshot
-  bool from_seed_script = false;  // only MODEL_STATE and EPOCHS_RUN were there
+  std::string run_id;        // empty in a snapshot Python wrote
+  bool from_python = false;  // not written by ddp-train (no FORMAT): no checksum, only what was there
 };
 
 // Reads the whole snapshot with one copy of its tensors in memory. Anything that does not load, lacks a field,
@@ -62,10 +84,10 @@ struct LoadedSnapshot {
 };
 using Warn = std::function<void(const std::string& message)>;
 
-std::string model_fingerprint(const std::vector<std::pair<std::string, at::Tensor>>& model_state);
+std::string model_fingerprint(const NamedTensors& model_state);
 
 // The final model: {name: tensor}, which model.load_state_dict(torch.load(path)) accepts. Written atomically.
-void write_model_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& model_state);
+void write_model_file(const std::string& path, const NamedTensors& model_state);
 
 // Writes one run's snapshots into one directory, rank 0 only. save_async returns at once: a background thread copies
 // the state into staging buffers that are kept from one snapshot to the next (fresh memory is expensive to

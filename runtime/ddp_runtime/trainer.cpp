@@ -1,8 +1,10 @@
-#include "ddp_runtime/trainer.hpp"
-
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include <torch/optim/sgd.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 
 #include <dlfcn.h>
 
@@ -14,12 +16,14 @@
 #include <sstream>
 
 #include "ddp_runtime/distributed_model.hpp"
+#include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
+#include "ddp_runtime/optimizer.hpp"
 #include "ddp_runtime/process_group.hpp"
 #include "ddp_runtime/sampler.hpp"
 #include "ddp_runtime/snapshot.hpp"
 #include "ddp_runtime/stop_request.hpp"
-#include "ddp_runtime/workloads.hpp"
+#include "ddp_runtime/train.hpp"
 #include "error.hpp"
 
 namespace ddp::runtime {
@@ -27,7 +31,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Seconds = std::chrono::duration<double>;
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // How long a stop request may wait for the ranks to agree on it, at most: the poll interval, in steps, is set
 // from rank 0's step time so that polls (one small all-reduce each) stay rare.
@@ -69,11 +72,20 @@ std::string sizes_text(const at::Tensor& tensor) {
   return text.str();
 }
 
-NamedTensors model_state(torch::nn::Module& module) {
-  NamedTensors state;
-  for (const auto& item : module.named_parameters()) state.emplace_back(item.key(), item.value());
-  for (const auto& item : module.named_buffers()) state.emplace_back(item.key(), item.value());
+std::string describe(const at::Tensor& tensor) {
+  return sizes_text(tensor) + " " + std::string(c10::toString(tensor.scalar_type()));
+}
+
+NamedTensors model_state(Model& model) {
+  NamedTensors state = model.named_parameters();
+  for (auto& buffer : model.named_buffers()) state.push_back(std::move(buffer));
   return state;
+}
+
+std::vector<at::Tensor> tensors_of(const NamedTensors& named) {
+  std::vector<at::Tensor> tensors;
+  for (const auto& item : named) tensors.push_back(item.second);
+  return tensors;
 }
 
 // OpenMP and OpenBLAS size their thread pools from OMP_NUM_THREADS when they start. torchrun sets it to 1 when
@@ -85,10 +97,104 @@ void limit_threads(const Launch& launch) {
   if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
 }
 
-std::shared_ptr<torch::nn::Module> on_device(torch::nn::AnyModule& model, c10::Device device) {
-  model.ptr()->to(device);
-  return model.ptr();
+// --- checks before the first step ---
+
+void check_loss_fits(const TrainingJob& job, const at::Tensor& output, const at::Tensor& targets) {
+  const std::string loss = std::string("--loss ") + to_string(job.loss);
+  const std::string outputs = job.model_name + " outputs " + describe(output) + " for a batch of " +
+                              std::to_string(targets.size(0)) + " and the targets 'y' of " + job.data->name() + " are " +
+                              describe(targets);
+  if (!output.is_floating_point()) throw Error(outputs + "; a loss needs floating-point outputs");
+  if (job.loss == LossKind::MeanSquaredError) {
+    if (!targets.is_floating_point() || targets.sizes() != output.sizes()) {
+      throw Error(outputs + "; " + loss + " needs floating-point targets shaped like the output (class indices take "
+                  "--loss cross-entropy or nll)");
+    }
+    return;
+  }
+  std::vector<int64_t> class_shape = output.sizes().vec();
+  if (output.dim() >= 2) class_shape.erase(class_shape.begin() + 1);
+  const bool indices = !targets.is_floating_point() && output.dim() >= 2 && targets.sizes().vec() == class_shape;
+  const bool probabilities = job.loss == LossKind::CrossEntropy && targets.is_floating_point() && output.dim() >= 2 &&
+                             targets.sizes() == output.sizes();
+  if (!indices && !probabilities) {
+    throw Error(outputs + "; " + loss + " needs outputs [batch, classes, ...] and class indices [batch, ...] (an integer "
+                "type)" + (job.loss == LossKind::CrossEntropy ? " or class probabilities shaped like the output" : ""));
+  }
+  if (indices) {
+    const int64_t classes = output.size(1);
+    job.data->check_class_labels(classes);
+    const int64_t low = targets.min().item<int64_t>();
+    const int64_t high = targets.max().item<int64_t>();
+    if (low < 0 || high >= classes) {
+      throw Error(job.data->name() + " holds the class index " + std::to_string(low < 0 ? low : high) + ", but " +
+                  job.model_name + " outputs " + std::to_string(classes) + " classes; expected indices 0 to " +
+                  std::to_string(classes - 1));
+    }
+  }
 }
+
+// The model's forward on the first batch and the loss on its output, without gradients and in eval mode, so that
+// neither the parameters, the buffers nor the random number generator change.
+void check_job(TrainingJob& job, const TrainOptions& options, c10::Device device) {
+  if (!job.model || !job.data) throw Error("the training job has no model or no data set");
+  if (job.data->size() == 0) throw Error(job.data->name() + " holds no samples");
+  job.model->to(device);
+  const Batch batch = job.data->get_batch(at::arange(std::min<int64_t>(options.batch_size, job.data->size()), at::kLong));
+  at::NoGradGuard no_grad;
+  job.model->train(false);
+  at::Tensor output;
+  try {
+    output = job.model->forward(batch.inputs.to(device));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(job.model_name + " fails on the inputs 'x' of " + job.data->name() + " (a batch of " +
+                describe(batch.inputs) + "): " + error_summary(e));
+  }
+  job.model->train(true);
+  const at::Tensor targets = batch.targets.to(device);
+  check_loss_fits(job, output, targets);
+  try {
+    compute_loss(job.loss, output, targets);
+  } catch (const c10::Error& e) {
+    throw Error(std::string("--loss ") + to_string(job.loss) + " does not fit " + job.model_name + "'s output " +
+                describe(output) + " and the targets " + describe(targets) + " of " + job.data->name() + ": " +
+                error_summary(e));
+  }
+}
+
+// One rank's bad input is every rank's: the first failing rank's message stops them all, before any of them
+// waits in a collective the failed one will never join.
+void agree_on_failure(const Distributed& dist, const std::string& local_failure) {
+  at::Tensor failed = at::zeros({dist.world_size}, at::kLong);
+  if (!local_failure.empty()) failed[dist.rank] = 1;
+  all_reduce_sum(dist, failed);
+  for (int rank = 0; rank < dist.world_size; ++rank) {
+    if (failed[rank].item<int64_t>() == 0) continue;
+    const std::string message = broadcast_string(dist, local_failure, rank);
+    if (message.front() == 'E') throw Error(message.substr(1));
+    throw std::runtime_error(message.substr(1));
+  }
+}
+
+TrainingJob prepare_job(const Distributed& dist, const TrainOptions& options, const JobFactory& make_job) {
+  at::manual_seed(options.seed);
+  TrainingJob job;
+  std::string failure;
+  try {
+    job = make_job(options);
+    check_job(job, options, dist.device);
+  } catch (const Error& e) {
+    failure = std::string("E") + e.what();
+  } catch (const std::exception& e) {
+    failure = "F" + error_message(e);
+  }
+  agree_on_failure(dist, failure);
+  return job;
+}
+
+// --- resume ---
 
 const at::Tensor* find_tensor(const NamedTensors& tensors, const std::string& name) {
   for (const auto& [key, tensor] : tensors) {
@@ -97,8 +203,9 @@ const at::Tensor* find_tensor(const NamedTensors& tensors, const std::string& na
   return nullptr;
 }
 
-void check_fits(const NamedTensors& model, const LoadedSnapshot& snapshot) {
-  const std::string fix = "; resume with the --workload and --width it was written with, or use another --snapshot-dir";
+void check_fits(const NamedTensors& model, const LoadedSnapshot& snapshot, const std::string& model_name) {
+  const std::string fix = "; resume with the model it was written with (this run trains " + model_name +
+                          "), or use another --snapshot-dir";
   for (const auto& [name, tensor] : model) {
     const at::Tensor* saved = find_tensor(snapshot.content.model_state, name);
     if (saved == nullptr) throw Error("snapshot " + snapshot.path + " has no tensor '" + name + "' of the model" + fix);
@@ -154,22 +261,26 @@ std::optional<LoadedSnapshot> agree_on_start(const Distributed& dist, const Trai
   }
 }
 
+// --- training ---
+
 class Trainer {
  public:
-  Trainer(const Distributed& dist, const TrainOptions& options, Workload& workload, SnapshotStore* store,
-          Console& console)
+  Trainer(const Distributed& dist, const TrainOptions& options, TrainingJob& job, SnapshotStore* store, Console& console)
       : dist_(dist),
         options_(options),
-        workload_(workload),
-        module_(on_device(workload.model, dist.device)),
-        optimizer_(module_->parameters(), torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
-        sampler_(workload.data.size(), dist.world_size, dist.rank, true, options.seed),
+        job_(job),
+        model_(*job.model),
+        parameters_(model_.named_parameters()),
+        optimizer_(tensors_of(parameters_), options.optimizer),
+        sampler_(job.data->size(), dist.world_size, dist.rank, true, options.seed),
         store_(store),
-        has_buffers_(!module_->buffers().empty()),
+        has_buffers_(!model_.named_buffers().empty()),
         console_(console) {
     progress_.seed = options.seed;
     progress_.world_size = dist.world_size;
     progress_.batch_size = options.batch_size;
+    const int64_t batches = (sampler_.num_samples() + options.batch_size - 1) / options.batch_size;
+    total_steps_ = options.total_epochs * ((batches + options.accumulate - 1) / options.accumulate);
   }
 
   void restore(const LoadedSnapshot& snapshot);
@@ -177,7 +288,7 @@ class Trainer {
 
  private:
   bool run_epoch(int64_t epoch);
-  void run_step(const at::Tensor& order, int64_t first_batch, int64_t batches);
+  void run_step(const at::Tensor& order, int64_t epoch, int64_t first_batch, int64_t batches);
   bool stop_agreed(Seconds step_time);
   void after_step(int64_t epoch, bool epoch_end);
   SnapshotContent live_content();
@@ -186,15 +297,17 @@ class Trainer {
 
   const Distributed& dist_;
   const TrainOptions& options_;
-  Workload& workload_;
-  std::shared_ptr<torch::nn::Module> module_;
-  torch::optim::SGD optimizer_;
+  TrainingJob& job_;
+  Model& model_;
+  NamedTensors parameters_;
+  Optimizer optimizer_;
   DistributedSampler sampler_;
   std::unique_ptr<DistributedModel> ddp_;
   SnapshotStore* store_;  // rank 0 only
   bool has_buffers_;
   Console& console_;
   TrainingProgress progress_;
+  int64_t total_steps_ = 0;
   Clock::time_point last_snapshot_ = Clock::now();
   int64_t stop_poll_steps_ = 1;
   Seconds poll_window_{0};
@@ -207,21 +320,17 @@ class Trainer {
 
 void Trainer::restore(const LoadedSnapshot& snapshot) {
   const SnapshotContent& saved = snapshot.content;
-  check_fits(model_state(*module_), snapshot);
-  if (!saved.from_seed_script && saved.progress.seed != options_.seed) {
+  check_fits(model_state(model_), snapshot, job_.model_name);
+  const bool has_progress = saved.progress.world_size > 0;
+  if (has_progress && saved.progress.seed != options_.seed) {
     throw Error("snapshot " + snapshot.path + " was written with --seed " + std::to_string(saved.progress.seed) +
                 ", this run has --seed " + std::to_string(options_.seed) + "; pass --seed " +
                 std::to_string(saved.progress.seed) + " to resume it, or use another --snapshot-dir");
   }
+  if (saved.optimizer) optimizer_.load(*saved.optimizer, "snapshot " + snapshot.path);
   {
     c10::NoGradGuard no_grad;
-    for (auto& [name, tensor] : model_state(*module_)) tensor.copy_(*find_tensor(saved.model_state, name));
-  }
-  const std::vector<at::Tensor> params = module_->parameters();
-  for (std::size_t i = 0; i < saved.momentum_buffers.size() && i < params.size(); ++i) {
-    if (saved.momentum_buffers[i].defined()) {
-      compat::set_sgd_momentum_buffer(optimizer_, params[i], saved.momentum_buffers[i].to(dist_.device).clone());
-    }
+    for (auto& [name, tensor] : model_state(model_)) tensor.copy_(*find_tensor(saved.model_state, name));
   }
   if (saved.rng_state.defined()) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -250,12 +359,8 @@ std::string Trainer::rank_label() const {
 
 SnapshotContent Trainer::live_content() {
   SnapshotContent content;
-  content.model_state = model_state(*module_);
-  for (const at::Tensor& param : module_->parameters()) {
-    content.momentum_buffers.push_back(compat::sgd_momentum_buffer(optimizer_, param));
-  }
-  content.lr = options_.lr;
-  content.momentum = options_.momentum;
+  content.model_state = model_state(model_);
+  content.optimizer = optimizer_.state();
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(generator.mutex());
   content.rng_state = generator.get_state();
@@ -267,26 +372,27 @@ SnapshotContent Trainer::live_content() {
 // A snapshot started at the last step boundary copies the parameters while this step's forward and backward
 // passes run; the optimizer step, which changes them, waits for the copy. Buffers (batch-norm statistics)
 // change in the forward pass already.
-void Trainer::run_step(const at::Tensor& order, int64_t first_batch, int64_t batches) {
+void Trainer::run_step(const at::Tensor& order, int64_t epoch, int64_t first_batch, int64_t batches) {
   if (store_ != nullptr && has_buffers_) store_->before_update();
-  zero_gradients(*module_);
+  zero_gradients(tensors_of(parameters_));
   const int64_t size = order.size(0);
   for (int64_t b = 0; b < batches; ++b) {
     const int64_t start = (first_batch + b) * options_.batch_size;
-    const at::Tensor indices = order.slice(0, start, std::min(start + options_.batch_size, size));
-    const at::Tensor input = workload_.data.inputs.index_select(0, indices).to(dist_.device);
-    const at::Tensor target = workload_.data.targets.index_select(0, indices).to(dist_.device);
+    const Batch batch = job_.data->get_batch(order.slice(0, start, std::min(start + options_.batch_size, size)));
+    const at::Tensor input = batch.inputs.to(dist_.device);
+    const at::Tensor target = batch.targets.to(dist_.device);
     // Gradient accumulation: only the step's last batch synchronises, as under DDP's no_sync().
     std::optional<DistributedModel::NoSync> accumulate_only;
     if (b + 1 < batches) accumulate_only.emplace(*ddp_);
-    const at::Tensor output = ddp_->forward([&] { return workload_.model.forward(input); });
-    const at::Tensor loss = compute_loss(workload_.loss, output, target);
+    const at::Tensor output = ddp_->forward([&] { return model_.forward(input); });
+    const at::Tensor loss = compute_loss(job_.loss, output, target);
     epoch_loss_ = epoch_loss_.defined() ? epoch_loss_ + loss.detach() : loss.detach();
-    epoch_samples_ += indices.size(0);
+    epoch_samples_ += input.size(0);
     ++epoch_batches_;
     (batches > 1 ? loss / static_cast<double>(batches) : loss).backward();
   }
   if (store_ != nullptr) store_->before_update();
+  optimizer_.set_lr(scheduled_lr(options_.optimizer, progress_.global_step, epoch, total_steps_));
   optimizer_.step();
 }
 
@@ -337,7 +443,7 @@ bool Trainer::run_epoch(int64_t epoch) {
   for (int64_t batch = progress_.batches_done; batch < batches;) {
     const auto step_start = Clock::now();
     const int64_t count = std::min<int64_t>(options_.accumulate, batches - batch);
-    run_step(order, batch, count);
+    run_step(order, epoch, batch, count);
     batch += count;
     ++progress_.global_step;
     const bool epoch_end = batch == batches;
@@ -361,14 +467,19 @@ bool Trainer::run_epoch(int64_t epoch) {
 void Trainer::finish() {
   if (store_ == nullptr) return;
   store_->wait();
-  write_model_file(options_.output, model_state(*module_));
+  write_model_file(options_.output, model_state(model_));
   console_.line("Final model saved at " + options_.output);
+  if (model_.write_torchscript(options_.output_script)) {
+    console_.line("TorchScript model saved at " + options_.output_script);
+  }
 }
 
 int Trainer::train() {
   const auto cap = static_cast<int64_t>(options_.bucket_cap_mb * (1 << 20));
   // Gradients as bucket views: one copy of the gradients less each way per step (5% on the MLP-1024 bench).
-  ddp_ = std::make_unique<DistributedModel>(module_, dist_, DdpOptions{cap, std::min(cap, kFirstBucketBytes), true});
+  ddp_ = std::make_unique<DistributedModel>(
+      parameters_, tensors_of(model_.named_buffers()), dist_,
+      DdpOptions{static_cast<int64_t>(cap), std::min<int64_t>(static_cast<int64_t>(cap), kFirstBucketBytes), true});
   const auto start = Clock::now();
   const int64_t first_epoch = progress_.epochs_run;
   for (int64_t epoch = first_epoch; epoch < options_.total_epochs; ++epoch) {
@@ -398,23 +509,49 @@ int Trainer::train() {
   return 0;
 }
 
+// With the MPI group, the other ranks would wait in their next collective: the job ends here.
+int fail(const std::string& program, int status, const std::string& message) {
+  std::fprintf(stderr, "%s: %s\n", program.c_str(), message.c_str());
+  std::fflush(stderr);
+  abort_mpi_job(status);
+  return status;
+}
+
 }  // namespace
 
-int run_training(const TrainOptions& options, const Launch& launch) {
+int run_training(const TrainOptions& options, const Launch& launch, const JobFactory& make_job) {
   limit_threads(launch);
   install_signal_handlers();
   const Distributed dist =
       init_distributed(launch, options.backend.value_or(launch.backend),
                        std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
   Console console;
-  Workload workload = make_workload(options);
+  TrainingJob job = prepare_job(dist, options, make_job);
   std::unique_ptr<SnapshotStore> store;
   const std::optional<LoadedSnapshot> start = agree_on_start(dist, options, store, console);
-  Trainer trainer(dist, options, workload, store.get(), console);
+  Trainer trainer(dist, options, job, store.get(), console);
   if (start) trainer.restore(*start);
   const int status = trainer.train();
   finalize_mpi();
   return status;
+}
+
+int train_main(int argc, char** argv, const JobFactory& make_job) {
+  const std::string path = argc > 0 ? argv[0] : "ddp-train";
+  const std::string program = path.substr(path.rfind('/') + 1);
+  try {
+    const EnvLookup env = process_environment();
+    const TrainOptions options = parse_train_args(std::vector<std::string>(argv + 1, argv + argc), env);
+    if (options.help) {
+      std::fputs(train_usage(), stdout);
+      return 0;
+    }
+    return run_training(options, launch_from_environment(env), make_job);
+  } catch (const Error& e) {
+    return fail(program, 2, e.what());
+  } catch (const std::exception& e) {
+    return fail(program, 1, error_message(e));
+  }
 }
 
 }  // namespace ddp::runtime

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <ATen/Functions.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
@@ -108,11 +107,6 @@ int mismatch_worker() {
   return 0;
 }
 
-c10::impl::GenericDict load_dict(const std::string& path) {
-  const std::string bytes = testing::read_text(path);
-  return torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
-}
-
 // Single-process SGD on the union of both ranks' batches, from rank 0's initial weights.
 torch::nn::Sequential train_on_union(int accumulate) {
   torch::nn::Sequential model = test_model(100);
@@ -164,8 +158,8 @@ void expect_ddp_matches_single_process(int accumulate, bool bucket_views, bool m
   ASSERT_NE(at, std::string::npos) << output;
   EXPECT_GE(std::stoi(output.substr(at + 8)), 3) << output;
 
-  const auto rank0 = load_dict(dir + "/rank0.pt");
-  const auto rank1 = load_dict(dir + "/rank1.pt");
+  const auto rank0 = testing::load_dict(dir + "/rank0.pt");
+  const auto rank1 = testing::load_dict(dir + "/rank1.pt");
   torch::nn::Sequential reference = train_on_union(accumulate);
   for (const auto& item : reference->named_parameters()) {
     const at::Tensor a = rank0.at(item.key()).toTensor();

@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <ATen/Functions.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -21,14 +20,9 @@ namespace {
 using testing::ddp_train;
 using testing::Result;
 
-c10::impl::GenericDict load_dict(const std::string& path) {
-  const std::string bytes = testing::read_text(path);
-  return torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
-}
-
 void expect_equal_models(const std::string& a, const std::string& b) {
-  const auto first = load_dict(a);
-  const auto second = load_dict(b);
+  const auto first = testing::load_dict(a);
+  const auto second = testing::load_dict(b);
   ASSERT_EQ(first.size(), second.size());
   for (const auto& item : first) {
     EXPECT_TRUE(at::equal(item.value().toTensor(), second.at(item.key()).toTensor()))
@@ -65,7 +59,7 @@ TEST(DdpTrain, PrintsTheSeedsLinesOnEveryRankAndSavesSnapshotsAndTheFinalModel) 
   }
   EXPECT_TRUE(contains(results[1].output, "[CPU1] Epoch 2 | Batchsize: 32 | Steps: 32\n")) << results[1].output;
   EXPECT_FALSE(contains(results[1].output, "saved at")) << "only rank 0 writes";
-  EXPECT_EQ(load_dict(dir + "/final.pt").at("weight").toTensor().sizes(), (std::vector<int64_t>{1, 20}));
+  EXPECT_EQ(testing::load_dict(dir + "/final.pt").at("weight").toTensor().sizes(), (std::vector<int64_t>{1, 20}));
 }
 
 // A run that is killed after a snapshot, or stopped by SIGUSR2 in the middle of an epoch, and started again,
@@ -130,8 +124,8 @@ TEST(DdpTrain, ResumesFromASnapshotWrittenByTheSeedScript) {
   ASSERT_EQ(unchanged.status, 0) << unchanged.output;
   EXPECT_TRUE(contains(unchanged.output, "Resuming training from snapshot at Epoch 2 (" + seed_snapshot + ")"));
   EXPECT_FALSE(contains(unchanged.output, "[CPU0] Epoch")) << "all epochs had run";
-  const auto python_model = load_dict(seed_snapshot).at("MODEL_STATE").toGenericDict();
-  const auto final_model = load_dict(dir + "/final.pt");
+  const auto python_model = testing::load_dict(seed_snapshot).at("MODEL_STATE").toGenericDict();
+  const auto final_model = testing::load_dict(dir + "/final.pt");
   for (const std::string name : {"weight", "bias"}) {
     EXPECT_TRUE(at::equal(python_model.at(name).toTensor(), final_model.at(name).toTensor())) << name;
   }
@@ -140,6 +134,26 @@ TEST(DdpTrain, ResumesFromASnapshotWrittenByTheSeedScript) {
   ASSERT_EQ(trained.status, 0) << trained.output;
   EXPECT_TRUE(contains(trained.output, "[CPU0] Epoch 2 | Batchsize: 32 | Steps: 64\n")) << trained.output;
   EXPECT_FALSE(contains(trained.output, "[CPU0] Epoch 1 |")) << trained.output;
+}
+
+// The seed's own _load_snapshot (torch.load(path) with the defaults: weights_only=True from PyTorch 2.6 on).
+TEST(DdpTrain, TheSeedScriptResumesFromItsSnapshotAndFinalModel) {
+  const std::string python = testing::torch_python();
+  if (python.empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  const std::string dir = testing::make_temp_dir();
+  ASSERT_EQ(testing::run(train_command(dir, {"--momentum", "0.9", "2", "1"})).status, 0);
+  const std::string snapshot = dir + "/snapshots/snapshot-e000002-s000000000128-rdefault.pt";
+  const Result resumed = testing::run({python, testing::python_script("snapshot_io.py"), "seed-resume", snapshot});
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "Resuming training from snapshot at Epoch 2\n")) << resumed.output;
+  char weight_sum[64];
+  std::snprintf(weight_sum, sizeof weight_sum, "weight_sum %.4f\n",
+                testing::load_dict(snapshot).at("MODEL_STATE").toGenericDict().at("weight").toTensor().sum().item<double>());
+  EXPECT_TRUE(contains(resumed.output, weight_sum)) << resumed.output;
+  const Result final_model = testing::run(
+      {python, "-c", "import torch, sys; m = torch.nn.Linear(20, 1); m.load_state_dict(torch.load(sys.argv[1])); print('ok')",
+       dir + "/final.pt"});
+  EXPECT_EQ(final_model.output, "ok\n");
 }
 
 TEST(DdpTrain, RefusesASnapshotOfAnotherModelNamingTheFirstMismatchingTensor) {
@@ -320,7 +334,7 @@ TEST(DdpTrain, TrainsTheQuickstartNetworkOnFashionMnistIdxFiles) {
   const Result result = testing::run(train_command(dir, {"--workload", "fashion-mnist", "--data", dir, "2", "1"}));
   ASSERT_EQ(result.status, 0) << result.output;
   EXPECT_TRUE(contains(result.output, "[CPU0] Epoch 1 | Batchsize: 32 | Steps: 3\n")) << result.output;
-  EXPECT_EQ(load_dict(dir + "/final.pt").at("linear_relu_stack.0.weight").toTensor().sizes(),
+  EXPECT_EQ(testing::load_dict(dir + "/final.pt").at("linear_relu_stack.0.weight").toTensor().sizes(),
             (std::vector<int64_t>{512, 784}));
 }
 
@@ -335,8 +349,8 @@ TEST(DdpTrain, StartsUnderMpirunWithoutMasterAddr) {
 }
 
 void expect_close_models(const std::string& a, const std::string& b) {
-  const auto first = load_dict(a);
-  const auto second = load_dict(b);
+  const auto first = testing::load_dict(a);
+  const auto second = testing::load_dict(b);
   ASSERT_EQ(first.size(), second.size());
   for (const auto& item : first) {
     EXPECT_TRUE(at::allclose(item.value().toTensor(), second.at(item.key()).toTensor(), 1e-5, 1e-7))

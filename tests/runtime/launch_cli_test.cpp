@@ -30,7 +30,7 @@ TEST(Cli, ParsesTheSeedsPositionalsAndOptions) {
   EXPECT_EQ(o.width, 512);
   EXPECT_EQ(o.keep, 2);
   EXPECT_DOUBLE_EQ(o.snapshot_every_seconds, 30);
-  EXPECT_DOUBLE_EQ(o.momentum, 0.9);
+  EXPECT_DOUBLE_EQ(o.optimizer.momentum, 0.9);
   EXPECT_EQ(o.snapshot_dir, "/shared/snaps");
   EXPECT_EQ(o.output, "finalmodel.pt");
 }

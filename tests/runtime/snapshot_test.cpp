@@ -12,12 +12,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <mutex>
 
+#include "ddp_runtime/mapped_file.hpp"
+#include "ddp_runtime/pickle_reader.hpp"
 #include "ddp_runtime/snapshot.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
 #include "error.hpp"
@@ -61,9 +65,12 @@ std::vector<std::string> listing(const std::string& dir) {
 SnapshotContent sample(int64_t global_step, float fill = kMarker, const std::string& run_id = "7") {
   SnapshotContent c;
   c.model_state = {{"weight", at::full({4, 5}, fill)}, {"bias", at::arange(4, at::kFloat)}};
-  c.momentum_buffers = {at::full({4, 5}, 0.25f), at::Tensor()};
-  c.lr = 0.01;
-  c.momentum = 0.9;
+  OptimizerState o;
+  o.lr = 0.01;
+  o.initial_lr = 0.02;
+  o.momentum = 0.9;
+  o.per_param = {{{"momentum_buffer", at::full({4, 5}, 0.25f)}}, {}};
+  c.optimizer = o;
   c.rng_state = at::detail::getDefaultCPUGenerator().get_state();
   c.progress = {3, 7, global_step, 11, 2, 32};
   c.run_id = run_id;
@@ -76,12 +83,24 @@ void expect_same(const SnapshotContent& a, const SnapshotContent& b) {
     EXPECT_EQ(a.model_state[i].first, b.model_state[i].first);
     EXPECT_TRUE(at::equal(a.model_state[i].second, b.model_state[i].second));
   }
-  ASSERT_EQ(a.momentum_buffers.size(), b.momentum_buffers.size());
-  EXPECT_TRUE(at::equal(a.momentum_buffers[0], b.momentum_buffers[0]));
-  EXPECT_FALSE(b.momentum_buffers[1].defined());
+  ASSERT_TRUE(b.optimizer.has_value());
+  const OptimizerState& x = *a.optimizer;
+  const OptimizerState& y = *b.optimizer;
+  EXPECT_EQ(x.kind, y.kind);
+  for (const auto& [first, second] : {std::pair{x.lr, y.lr}, {x.initial_lr, y.initial_lr}, {x.momentum, y.momentum},
+                                      {x.weight_decay, y.weight_decay}, {x.beta1, y.beta1}, {x.beta2, y.beta2},
+                                      {x.eps, y.eps}}) {
+    EXPECT_EQ(first, second);
+  }
+  ASSERT_EQ(x.per_param.size(), y.per_param.size());
+  for (std::size_t i = 0; i < x.per_param.size(); ++i) {
+    ASSERT_EQ(x.per_param[i].size(), y.per_param[i].size()) << "parameter " << i;
+    for (std::size_t j = 0; j < x.per_param[i].size(); ++j) {
+      EXPECT_EQ(x.per_param[i][j].first, y.per_param[i][j].first);
+      EXPECT_TRUE(at::equal(x.per_param[i][j].second, y.per_param[i][j].second)) << x.per_param[i][j].first;
+    }
+  }
   EXPECT_TRUE(at::equal(a.rng_state, b.rng_state));
-  EXPECT_EQ(a.lr, b.lr);
-  EXPECT_EQ(a.momentum, b.momentum);
   EXPECT_EQ(a.progress.epochs_run, b.progress.epochs_run);
   EXPECT_EQ(a.progress.batches_done, b.progress.batches_done);
   EXPECT_EQ(a.progress.global_step, b.progress.global_step);
@@ -89,7 +108,7 @@ void expect_same(const SnapshotContent& a, const SnapshotContent& b) {
   EXPECT_EQ(a.progress.world_size, b.progress.world_size);
   EXPECT_EQ(a.progress.batch_size, b.progress.batch_size);
   EXPECT_EQ(a.run_id, b.run_id);
-  EXPECT_FALSE(b.from_seed_script);
+  EXPECT_FALSE(b.from_python);
 }
 
 void flip_marker(const std::string& path) {
@@ -110,6 +129,21 @@ TEST(Snapshot, RoundTripsEverythingItHoldsInAPrivateFile) {
   struct stat info {};
   ASSERT_EQ(stat(path.c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0600u) << "snapshots hold the user's weights";
+}
+
+TEST(Snapshot, RoundTripsAdamWState) {
+  SnapshotStore store(testing::make_temp_dir(), 3, "7", ignore_warnings());
+  SnapshotContent saved = sample(5);
+  OptimizerState& o = *saved.optimizer;
+  o.kind = OptimizerKind::AdamW;
+  o.momentum = 0.0;  // SGD's, not written for AdamW
+  o.weight_decay = 0.01;
+  o.beta1 = 0.8;
+  o.eps = 1e-6;
+  o.per_param = {{{"step", at::scalar_tensor(5.0, at::kFloat)}, {"exp_avg", at::full({4, 5}, 0.5f)},
+                  {"exp_avg_sq", at::full({4, 5}, 0.125f)}},
+                 {}};
+  expect_same(saved, read_snapshot(store.save(saved)));
 }
 
 TEST(Snapshot, WritesInTheBackgroundFromStagedCopiesAndKeepsTheLastK) {
@@ -329,7 +363,8 @@ TEST(Snapshot, ReadsTheDictTheSeedScriptSaves) {
       testing::run({python, testing::python_script("snapshot_io.py"), "write-seed", path, "4"});
   ASSERT_EQ(result.status, 0) << result.output;
   const SnapshotContent content = read_snapshot(path);
-  EXPECT_TRUE(content.from_seed_script);
+  EXPECT_TRUE(content.from_python);
+  EXPECT_FALSE(content.optimizer.has_value());
   EXPECT_EQ(content.progress.epochs_run, 4);
   ASSERT_EQ(content.model_state.size(), 2u);
   EXPECT_EQ(model_fingerprint(content.model_state), "weight:[1, 20] bias:[1]");
@@ -408,6 +443,103 @@ TEST(Snapshot, AFullDiskIsReportedAtOnceRetriedAndEndsTheRunOnlyAfterThreeFailur
                    {{"RUNTIME_TEST_WORKER", "snapshot-full-disk"}, {"SNAPSHOT_MOUNT", dir}});
   EXPECT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("full-disk worker: all checks passed"), std::string::npos) << result.output;
+}
+
+c10::IValue read_bytes(const std::string& bytes) {
+  return read_torch_save(bytes_in_memory(std::vector<char>(bytes.begin(), bytes.end())));
+}
+
+TEST(PickleReader, ReadsEveryValueTorchSaveWritesIntoAStateDictOrADataFile) {
+  const std::string python = testing::torch_python();
+  if (python.empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  const std::string path = testing::make_temp_dir() + "/zoo.pt";
+  ASSERT_EQ(testing::run({python, testing::python_script("snapshot_io.py"), "write-zoo", path}).status, 0);
+  const auto zoo = read_torch_save(map_file(path)).toGenericDict();
+  const auto ordered = zoo.at("ordered").toGenericDict();
+  EXPECT_EQ(ordered.at("b").toInt(), 1);
+  EXPECT_EQ(ordered.at("a").toInt(), 2);
+  std::vector<int64_t> ints;
+  const auto int_list = zoo.at("ints").toList();
+  for (std::size_t i = 0; i < int_list.size(); ++i) ints.push_back(int_list.get(i).toInt());
+  EXPECT_EQ(ints, (std::vector<int64_t>{0, 255, 65535, -1, 2147483647, -2147483648LL, 1LL << 40, -(1LL << 40),
+                                        std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}));
+  const auto floats = zoo.at("floats").toTupleRef().elements();
+  EXPECT_EQ(floats[0].toDouble(), 1.5);
+  EXPECT_TRUE(std::signbit(floats[1].toDouble()));
+  EXPECT_EQ(floats[2].toDouble(), 1e300);
+  const auto flags = zoo.at("flags").toList();
+  EXPECT_TRUE(flags.get(0).toBool());
+  EXPECT_FALSE(flags.get(1).toBool());
+  EXPECT_TRUE(flags.get(2).isNone());
+  EXPECT_EQ(zoo.at("text").toStringRef(), "h\xc3\xa9llo");
+  const auto nested = zoo.at("nested").toGenericDict();
+  EXPECT_EQ(nested.at(int64_t{7}).toStringRef(), "int key");
+  EXPECT_EQ(nested.at("t").toTupleRef().elements()[1].toTupleRef().elements()[1].toList().get(0).toInt(), 3);
+
+  const at::Tensor base = at::arange(12, at::kFloat);
+  const at::Tensor transposed = zoo.at("transposed").toTensor();
+  EXPECT_TRUE(at::equal(transposed, base.reshape({3, 4}).t()));
+  EXPECT_EQ(transposed.strides(), (std::vector<int64_t>{1, 4}));
+  const at::Tensor view_a = zoo.at("view_a").toTensor();
+  const at::Tensor view_b = zoo.at("view_b").toTensor();
+  EXPECT_TRUE(at::equal(view_a, base.slice(0, 2, 5)));
+  EXPECT_TRUE(at::equal(view_b, base.slice(0, 4)));
+  EXPECT_TRUE(view_a.storage().is_alias_of(view_b.storage())) << "one storage, as saved";
+  EXPECT_TRUE(at::equal(zoo.at("half").toTensor(), at::tensor({1.0, -2.5}).to(at::kHalf)));
+  EXPECT_TRUE(at::equal(zoo.at("bytes").toTensor(), at::tensor({1, 200}, at::kInt).to(at::kByte)));
+  EXPECT_TRUE(at::equal(zoo.at("mask").toTensor(), at::tensor({1, 0}, at::kInt).to(at::kBool)));
+  EXPECT_TRUE(at::equal(zoo.at("long").toTensor(), at::tensor({int64_t{-3}, int64_t{1} << 40})));
+  EXPECT_EQ(zoo.at("empty").toTensor().sizes(), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(zoo.at("scalar").toTensor().dim(), 0);
+  EXPECT_EQ(zoo.at("scalar").toTensor().item<double>(), 4.25);
+  EXPECT_TRUE(at::equal(zoo.at("parameter").toTensor(), at::ones({2})));
+  EXPECT_EQ(zoo.at("state_dict").toGenericDict().at("weight").toTensor().sizes(), (std::vector<int64_t>{3, 2}));
+}
+
+TEST(PickleReader, RefusesPythonObjectsAndLegacyFilesNamingThem) {
+  const std::string python = testing::torch_python();
+  if (python.empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  const std::string dir = testing::make_temp_dir();
+  ASSERT_EQ(testing::run({python, testing::python_script("snapshot_io.py"), "write-set", dir + "/set.pt"}).status, 0);
+  try {
+    read_torch_save(map_file(dir + "/set.pt"));
+    FAIL() << "a Python set was read";
+  } catch (const UnreadableArchive& e) {
+    EXPECT_NE(std::string(e.what()).find("set; only tensors, dicts, lists, tuples, numbers and strings are read"),
+              std::string::npos)
+        << e.what();
+  }
+  ASSERT_EQ(testing::run({python, "-c", "import torch, sys; torch.save({'a': 1}, sys.argv[1], _use_new_zipfile_serialization=False)",
+                          dir + "/legacy.pt"})
+                .status,
+            0);
+  try {
+    read_torch_save(map_file(dir + "/legacy.pt"));
+    FAIL() << "a legacy file was read";
+  } catch (const UnreadableArchive& e) {
+    EXPECT_NE(std::string(e.what()).find("legacy format"), std::string::npos) << e.what();
+  }
+}
+
+// Every truncation of a snapshot is refused, and every flipped byte ends in UnreadableArchive or in a value (the
+// checksum is the snapshot's business): never a crash, never another exception.
+TEST(PickleReader, NeverCrashesOnATruncatedOrDamagedFile) {
+  SnapshotStore store(testing::make_temp_dir(), 3, "7", ignore_warnings());
+  const std::string bytes = testing::read_text(store.save(sample(7)));
+  for (std::size_t size = 0; size < bytes.size(); size += size < 256 || bytes.size() - size < 256 ? 1 : 61) {
+    EXPECT_THROW(read_bytes(bytes.substr(0, size)), UnreadableArchive) << "truncated to " << size << " bytes";
+  }
+  int refused = 0;
+  for (std::size_t at = 0; at < bytes.size(); ++at) {
+    std::string damaged = bytes;
+    damaged[at] = static_cast<char>(damaged[at] ^ (at % 7 == 0 ? 0xff : 0x11));
+    try {
+      read_bytes(damaged);
+    } catch (const UnreadableArchive&) {
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 0);
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "test_support.hpp"
 
+#include "ddp_runtime/mapped_file.hpp"
+#include "ddp_runtime/pickle_reader.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -192,6 +195,8 @@ std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string
   command.insert(command.end(), argv.begin(), argv.end());
   return command;
 }
+
+c10::impl::GenericDict load_dict(const std::string& path) { return read_torch_save(map_file(path)).toGenericDict(); }
 
 std::string ddp_train() { return DDP_TRAIN_PATH; }
 

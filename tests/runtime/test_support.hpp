@@ -1,5 +1,6 @@
 #pragma once
 // Helpers for runtime tests that start real processes: ddp-train ranks, this binary as a worker, Python.
+#include <ATen/core/Dict.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -50,6 +51,9 @@ void write_bytes(const std::string& path, const std::string& bytes);
 std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string>& argv);
 // Why tests of MPI cannot run here (no mpirun, or a runtime built without MPI), or empty.
 std::string mpi_missing();
+
+// A dict in torch.save's format (ddp-train's files, Python's), read with the runtime's reader.
+c10::impl::GenericDict load_dict(const std::string& path);
 
 std::string ddp_train();
 // Debian's python3 with torch; empty when it is missing (tests that need it skip).
