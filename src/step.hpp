@@ -19,6 +19,7 @@ struct StepInfo {
   std::string reserved_ports;  // SLURM_STEP_RESV_PORTS, empty when the cluster reserves none
   std::string hostname;        // this node, for messages
   std::string user;            // the job's user name, for %u
+  std::string home;            // the job's user's home directory (passwd), for the default log directory
   std::string job_name;        // SLURM_JOB_NAME, for %x
 };
 
