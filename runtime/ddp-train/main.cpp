@@ -5,6 +5,7 @@
 
 #include "ddp_runtime/cli.hpp"
 #include "ddp_runtime/error_message.hpp"
+#include "ddp_runtime/failure_report.hpp"
 #include "ddp_runtime/launch.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/trainer.hpp"
@@ -12,9 +13,14 @@
 
 namespace {
 
-// With the MPI group, the other ranks would wait in their next collective: the job ends here.
+// With the MPI group, the other ranks would wait in their next collective: the job ends here. The error also goes
+// to TORCHELASTIC_ERROR_FILE, where ddp-why and srun --ddp find it.
 int fail(int status, const std::string& message) {
   std::fprintf(stderr, "ddp-train: %s\n", message.c_str());
+  std::string why;
+  if (!ddp::runtime::write_error_report(message, status, ddp::runtime::process_environment(), &why)) {
+    std::fprintf(stderr, "ddp-train: warning: %s\n", why.c_str());
+  }
   std::fflush(stderr);
   ddp::runtime::abort_mpi_job(status);
   return status;

@@ -32,6 +32,8 @@ struct TrainOptions {
   std::optional<BackendHint> backend;  // overrides DDP_BACKEND
   double timeout_seconds = 1800.0;     // PyTorch's default process-group timeout
   double bucket_cap_mb = 25.0;         // DDP's bucket_cap_mb
+  double straggler_threshold_pct = 20.0;  // straggler.hpp: ranks slower than the median by more are named
+  bool json = false;                      // rank 0 also prints each epoch's per-rank scores as a JSON line
   bool help = false;
 };
 

@@ -14,11 +14,14 @@
 #include <sstream>
 
 #include "ddp_runtime/distributed_model.hpp"
+#include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
+#include "ddp_runtime/peer_check.hpp"
 #include "ddp_runtime/process_group.hpp"
 #include "ddp_runtime/sampler.hpp"
 #include "ddp_runtime/snapshot.hpp"
 #include "ddp_runtime/stop_request.hpp"
+#include "ddp_runtime/straggler.hpp"
 #include "ddp_runtime/workloads.hpp"
 #include "error.hpp"
 
@@ -33,6 +36,11 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 // from rank 0's step time so that polls (one small all-reduce each) stay rare.
 constexpr double kStopPollSeconds = 0.5;
 constexpr int64_t kMaxStopPollSteps = 10000;
+
+// How long the ranks whose collective failed wait for each other before rank 0 names the ones that did not come:
+// a few seconds, plus twice a step, since the ranks reach the failed collective up to a step apart.
+constexpr std::chrono::milliseconds kPeerCheckWindow{3000};
+constexpr std::chrono::milliseconds kPeerCheckMaxWindow{60000};
 
 // Lines of the training thread and of the snapshot writer thread never interleave.
 class Console {
@@ -154,7 +162,7 @@ std::optional<LoadedSnapshot> agree_on_start(const Distributed& dist, const Trai
 class Trainer {
  public:
   Trainer(const Distributed& dist, const TrainOptions& options, Workload& workload, SnapshotStore* store,
-          Console& console)
+          Console& console, StragglerMonitor& straggler)
       : dist_(dist),
         options_(options),
         workload_(workload),
@@ -163,7 +171,8 @@ class Trainer {
         sampler_(workload.data.size(), dist.world_size, dist.rank, true, options.seed),
         store_(store),
         has_buffers_(!module_->buffers().empty()),
-        console_(console) {
+        console_(console),
+        straggler_(straggler) {
     progress_.seed = options.seed;
     progress_.world_size = dist.world_size;
     progress_.batch_size = options.batch_size;
@@ -191,6 +200,7 @@ class Trainer {
   SnapshotStore* store_;  // rank 0 only
   bool has_buffers_;
   Console& console_;
+  StragglerMonitor& straggler_;
   TrainingProgress progress_;
   Clock::time_point last_snapshot_ = Clock::now();
   int64_t stop_poll_steps_ = 1;
@@ -282,6 +292,7 @@ void Trainer::run_step(const at::Tensor& order, int64_t first_batch, int64_t bat
     (batches > 1 ? loss / static_cast<double>(batches) : loss).backward();
   }
   if (store_ != nullptr) store_->before_update();
+  straggler_.backward_finished();
   optimizer_.step();
 }
 
@@ -330,7 +341,9 @@ bool Trainer::run_epoch(int64_t epoch) {
   for (int64_t batch = progress_.batches_done; batch < batches;) {
     const auto step_start = Clock::now();
     const int64_t count = std::min<int64_t>(options_.accumulate, batches - batch);
+    straggler_.step_started();
     run_step(order, batch, count);
+    straggler_.step_finished();
     batch += count;
     ++progress_.global_step;
     const bool epoch_end = batch == batches;
@@ -347,6 +360,7 @@ bool Trainer::run_epoch(int64_t epoch) {
     console_.line("Epoch " + std::to_string(epoch) + " | Loss: " + format("%.6f", loss) + " | Samples/s: " +
                   format("%.0f", rate) + " | ETA: " + duration_text(seconds * double(options_.total_epochs - epoch - 1)));
   }
+  straggler_.end_epoch(epoch);
   return true;
 }
 
@@ -362,6 +376,7 @@ int Trainer::train() {
   // Gradients as bucket views: one copy of the gradients less each way per step (5% on the MLP-1024 bench).
   ddp_ = std::make_unique<DistributedModel>(
       module_, dist_, DdpOptions{static_cast<int64_t>(cap), std::min<int64_t>(int64_t(cap), 1024 * 1024), true});
+  straggler_.attach(*module_);
   const auto start = Clock::now();
   const int64_t first_epoch = progress_.epochs_run;
   for (int64_t epoch = first_epoch; epoch < options_.total_epochs; ++epoch) {
@@ -397,12 +412,23 @@ int run_training(const TrainOptions& options, const Launch& launch) {
   const Distributed dist = init_distributed(launch, options.backend.value_or(launch.backend),
                                             std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
   Console console;
+  StragglerMonitor straggler(dist, gather_identities(dist), {options.straggler_threshold_pct, options.json},
+                             [&console](const std::string& line) { console.line(line); });
   Workload workload = make_workload(options);
   std::unique_ptr<SnapshotStore> store;
   const std::optional<LoadedSnapshot> start = agree_on_start(dist, options, store, console);
-  Trainer trainer(dist, options, workload, store.get(), console);
+  Trainer trainer(dist, options, workload, store.get(), console, straggler);
   if (start) trainer.restore(*start);
-  const int status = trainer.train();
+  int status = 0;
+  try {
+    status = trainer.train();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // A stopped or hung peer fails every other rank's collective at the timeout: name it (peer_check.hpp).
+    const auto window = std::min(kPeerCheckWindow + 2 * straggler.mean_step(), kPeerCheckMaxWindow);
+    throw std::runtime_error(explain_peer_failure(launch, dist.backend, straggler.ranks(), error_message(e), window));
+  }
   finalize_mpi();
   return status;
 }
