@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "test_support.hpp"
 
@@ -80,15 +81,15 @@ TEST(Interface, LinkSpeedFromSysfsAgainstTheTenGigabitMinimum) {
 }
 
 // An interface of our own, down as created, removed again whatever the test's outcome: a dummy interface,
-// or where the kernel has no dummy driver, one end of a veth pair (removing it removes its peer).
+// or where the kernel has no dummy driver, one end of a veth pair (removing it removes its peer). Its name carries
+// this process's id: test runs at once on one machine must not create and remove each other's interface.
 class DummyInterface : public ::testing::Test {
  protected:
-  static constexpr const char* kName = "ddpdown0";
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root to create a network interface";
-    remove_interface();  // left by a run that was killed
-    created_ = std::system("ip link add ddpdown0 type dummy 2>/dev/null") == 0 ||
-               std::system("ip link add ddpdown0 type veth peer name ddpdown0p 2>/dev/null") == 0;
+    remove_interface();  // left by a killed run whose process id this one reuses
+    created_ = ip("link add " + name_ + " type dummy 2>/dev/null") == 0 ||
+               ip("link add " + name_ + " type veth peer name " + name_ + "p 2>/dev/null") == 0;
     if (!created_) GTEST_SKIP() << "neither dummy nor veth interfaces can be created here";
   }
   void TearDown() override {
@@ -96,29 +97,31 @@ class DummyInterface : public ::testing::Test {
       EXPECT_EQ(remove_interface(), 0);
     }
   }
-  static int remove_interface() { return std::system("ip link del ddpdown0 2>/dev/null"); }
+  static int ip(const std::string& arguments) { return std::system(("ip " + arguments).c_str()); }
+  int remove_interface() const { return ip("link del " + name_ + " 2>/dev/null"); }
+  const std::string name_ = "ddpdn" + std::to_string(getpid() % 100000);
   bool created_ = false;
 };
 
 TEST_F(DummyInterface, DownInterfaceFailsWithTheCommandThatFixesIt) {
-  const InterfaceInfo info = read_interface(kName);
+  const InterfaceInfo info = read_interface(name_);
   EXPECT_TRUE(info.exists);
   EXPECT_FALSE(info.up);
-  const CheckResult result = check_interface({kName, "--interface", ""}, info);
+  const CheckResult result = check_interface({name_, "--interface", ""}, info);
   EXPECT_EQ(result.status, Status::Fail);
-  EXPECT_EQ(result.value, "ddpdown0 down");
-  EXPECT_TRUE(contains(result.detail, "'ddpdown0' is down: bring it up (ip link set ddpdown0 up)"));
+  EXPECT_EQ(result.value, name_ + " down");
+  EXPECT_TRUE(contains(result.detail, "'" + name_ + "' is down: bring it up (ip link set " + name_ + " up)"));
   EXPECT_EQ(check_link_speed(info, 10).status, Status::Skip);
 }
 
 TEST_F(DummyInterface, UpInterfaceWithoutAnAddressFails) {
-  ASSERT_EQ(std::system("ip link set ddpdown0 up"), 0);
+  ASSERT_EQ(ip("link set " + name_ + " up"), 0);
   // A veth has a carrier once its peer is up; a dummy has no peer and always has one.
-  ASSERT_EQ(std::system("ip link set ddpdown0p up 2>/dev/null || ! ip link show ddpdown0p >/dev/null 2>&1"), 0);
-  const InterfaceInfo info = read_interface(kName);
+  ASSERT_EQ(ip("link set " + name_ + "p up 2>/dev/null || ! ip link show " + name_ + "p >/dev/null 2>&1"), 0);
+  const InterfaceInfo info = read_interface(name_);
   EXPECT_TRUE(info.up);
   EXPECT_TRUE(info.addresses.empty());
-  const CheckResult result = check_interface({kName, "--interface", ""}, info);
+  const CheckResult result = check_interface({name_, "--interface", ""}, info);
   EXPECT_EQ(result.status, Status::Fail);
   EXPECT_TRUE(contains(result.detail, "has no IP address"));
 }
