@@ -42,7 +42,7 @@ run_step raise FAIL_RANK=1 -- "${STEP[@]}"
 out=$(cat "$TEST_DIR/raise.out")
 [ "$rc" != 0 ] || fail "the step succeeded although rank 1 failed: $out"
 [ -z "$(ls "$markers")" ] || fail "ranks kept running after rank 1 failed: $(ls "$markers")"
-assert_match "$out" "ddp: step [0-9]+\\.[0-9]+ failed; first failure: rank 1 on node1, at [0-9-]+ [0-9:.]+: ValueError: bad batch 7 on rank 1 \\(ddp-why [0-9]+\\.[0-9]+ shows the traceback\\)" \
+assert_match "$out" "ddp: step [0-9]+\\.[0-9]+ failed; first failure: rank 1 on node1, at [0-9-]+ [0-9:.]+: ValueError: bad batch 7 on rank 1 \\(ddp-why [0-9]+\\.[0-9]+ shows the whole report\\)" \
   "srun names the first failure at exit"
 step=$(sed -n 's/^ddp: step \([0-9]*\.[0-9]*\) failed.*/\1/p' <<<"$out")
 report=$(why "$step")
@@ -64,7 +64,7 @@ assert_contains "$report" "first failure: rank 1 on node1" "the first failure is
 
 # 3. Refusals in one line: an unreadable log directory, another user's job.
 assert_fails "an unreadable log directory" run_on_cluster "$DDP_WHY" --log-dir /root "$step"
-assert_match "$FAILED_OUTPUT" "^ddp-why: cannot read '/root' \\(Permission denied\\)$" "unreadable log directory"
+assert_match "$FAILED_OUTPUT" "^ddp-why: cannot read '/root/$step' \\(Permission denied\\)$" "unreadable log directory"
 if other=$(env SLURM_CONF="$SLURM_CONF" "$DDP_WHY" "$step" 2>&1); then fail "root read ddpuser's job: $other"; fi
 assert_match "$other" "^ddp-why: job ${step%.*} is $DDP_CLUSTER_USER's: its reports are in that user's DDP_LOG_DIR.*$" \
   "another user's job"
