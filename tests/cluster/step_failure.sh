@@ -41,7 +41,7 @@ why() { run_on_cluster env DDP_LOG_DIR="$logs" "$DDP_WHY" "$@"; }
 run_step raise FAIL_RANK=1 -- "${STEP[@]}"
 out=$(cat "$TEST_DIR/raise.out")
 [ "$rc" != 0 ] || fail "the step succeeded although rank 1 failed: $out"
-[ -z "$(ls "$markers")" ] || fail "ranks kept running after rank 1 failed: $(ls "$markers")"
+[ -z "$(find "$markers" -mindepth 1)" ] || fail "ranks kept running after rank 1 failed: $(find "$markers" -mindepth 1)"
 assert_match "$out" "ddp: step [0-9]+\\.[0-9]+ failed; first failure: rank 1 on node1, at [0-9-]+ [0-9:.]+: ValueError: bad batch 7 on rank 1 \\(ddp-why [0-9]+\\.[0-9]+ shows the whole report\\)" \
   "srun names the first failure at exit"
 step=$(sed -n 's/^ddp: step \([0-9]*\.[0-9]*\) failed.*/\1/p' <<<"$out")
@@ -72,7 +72,7 @@ assert_match "$other" "^ddp-why: job ${step%.*} is $DDP_CLUSTER_USER's: its repo
 # 4. A rank killed outright leaves no report: srun's line names it, ddp-why shows the end of its output.
 run_step kill FAIL_RANK=2 FAIL_HOW=kill -- "${STEP[@]}" --label
 out=$(cat "$TEST_DIR/kill.out")
-[ -z "$(ls "$markers")" ] || fail "ranks kept running after rank 2 was killed: $(ls "$markers")"
+[ -z "$(find "$markers" -mindepth 1)" ] || fail "ranks kept running after rank 2 was killed: $(find "$markers" -mindepth 1)"
 job=$(sed -n 's/.*is about to fail (kill) in step \([0-9]*\)\..*/\1/p' <<<"$out")
 report=$(why --stderr "$TEST_DIR/kill.out" "$job")
 assert_contains "$report" "first failure: rank 2 on node2, Killed (no error report" "the killed rank, from srun's line"
@@ -81,11 +81,13 @@ assert_contains "$report" "rank 2 is about to fail (kill) in step $job." "the en
 
 # 5. Opting out: the others run to their end.
 run_step keep_going FAIL_RANK=1 SLEEP=2 -- "${STEP[@]}" --ddp-keep-going
-assert_eq "done-0 done-2 done-3" "$(ls "$markers" | paste -sd' ')" "--ddp-keep-going: every other rank finished"
+finished() { find "$markers" -mindepth 1 -printf '%f\n' | sort | paste -sd' '; }
+assert_eq "done-0 done-2 done-3" "$(finished)" "--ddp-keep-going: every other rank finished"
 run_step slurm_opt_out FAIL_RANK=1 SLEEP=2 -- "${STEP[@]}" --kill-on-bad-exit=0
-assert_eq "done-0 done-2 done-3" "$(ls "$markers" | paste -sd' ')" "--kill-on-bad-exit=0: every other rank finished"
+assert_eq "done-0 done-2 done-3" "$(finished)" "--kill-on-bad-exit=0: every other rank finished"
 
 # 6. A step that succeeds leaves no directory behind; the watchdog settings reach the task, the user's value wins.
+# shellcheck disable=SC2016  # expanded by the task
 out=$(run_on_cluster env DDP_LOG_DIR="$logs" TORCH_NCCL_TRACE_BUFFER_SIZE=64 srun --ddp -N1 -n1 \
   sh -c 'echo "id=$SLURM_JOB_ID.$SLURM_STEP_ID"; env | grep -E "^(TORCHELASTIC_ERROR_FILE|TORCH_NCCL_)" | sort')
 ok_step=$(sed -n 's/^id=//p' <<<"$out")
