@@ -14,6 +14,7 @@ struct Thresholds {
   double min_disk_mbps = 200;     // below this a snapshot stalls training (an HDD writes ~150 MB/s)
   double max_clock_ms = 100;      // logs of different nodes stop lining up
   double fail_clock_s = 300;      // munge's default credential lifetime: Slurm itself breaks
+  double slow_node_pct = 20;      // a node's compute or memory bandwidth this far below the nodes' median (node_speed)
 };
 
 struct DoctorOptions {

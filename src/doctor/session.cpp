@@ -12,6 +12,7 @@
 #include "doctor/gpu.hpp"
 #include "doctor/link_test.hpp"
 #include "doctor/node_checks.hpp"
+#include "doctor/node_speed.hpp"
 #include "doctor/peers.hpp"
 #include "doctor/shared_dir.hpp"
 #include "doctor/storage.hpp"
@@ -105,6 +106,7 @@ std::vector<CheckResult> node_leader_checks(const DoctorRun& run) {
   if (run.topology_checks) append(results, run.topology_checks(run.env));
   if (passed(results, "storage.dir")) results.push_back(write_bandwidth(run, request.snapshot_dir));
   if (run.options.data_dir) append(results, data_dir_checks(*run.options.data_dir));
+  append(results, measure_node_speed(run.options.quick));
   return results;
 }
 
@@ -218,6 +220,7 @@ Outcome run_doctor(Transport& transport, const DoctorRun& run, std::vector<Check
     std::vector<CheckResult> all;
     for (const auto& bytes : gathered) append(all, decode_results(bytes));
     append(all, found);
+    grade_node_speeds(all, run.options.thresholds.slow_node_pct);
     const int status = exit_status(all);
     outcome.exit_status = static_cast<int>(
         WireReader(broadcast(transport, WireWriter().put_int(status).bytes(), Deadline::after(run.options.timeout)))
