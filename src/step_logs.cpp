@@ -28,10 +28,11 @@ std::string safe_host(const std::string& host) {
               "=<a directory you can write on shared storage>");
 }
 
-void remove_stale(const std::string& path) {
-  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
-    fail_dir(path, std::string("holds a report of an earlier step that cannot be removed (") + std::strerror(errno) + ")");
-  }
+// ENOTDIR and EACCES here are the directory's own problems: not a directory, or not the user's to write.
+void remove_stale(const std::string& dir, const std::string& name) {
+  if (unlink((dir + "/" + name).c_str()) == 0 || errno == ENOENT) return;
+  if (errno == ENOTDIR) fail_dir(dir, "is not a directory");
+  fail_dir(dir, "is not writable (" + std::string(std::strerror(errno)) + ")");
 }
 
 }  // namespace
@@ -72,22 +73,22 @@ void add_failure_reporting(TaskEnv& env, const std::optional<std::string>& step_
 
 void prepare_step_log_dir(const std::string& step_dir, uint32_t rank, const std::string& host) {
   if (step_dir.empty() || step_dir[0] != '/') fail_dir(step_dir, "is not an absolute path");
-  // mkdir -p, one component at a time; existing components are left as they are.
-  for (size_t slash = step_dir.find('/', 1);; slash = step_dir.find('/', slash + 1)) {
-    const std::string prefix = step_dir.substr(0, slash);
-    if (mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
-      fail_dir(step_dir, "cannot be created (" + prefix + ": " + std::strerror(errno) + ")");
+  // Every task of a large step does this on shared storage at once: the common case costs three calls (the
+  // directory exists, this task's stale reports do not), and a directory made here holds nothing stale.
+  if (mkdir(step_dir.c_str(), 0700) == 0) return;
+  if (errno == ENOENT) {
+    // mkdir -p, one component at a time; existing components are left as they are.
+    for (size_t slash = step_dir.find('/', 1);; slash = step_dir.find('/', slash + 1)) {
+      const std::string prefix = step_dir.substr(0, slash);
+      if (mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
+        fail_dir(step_dir, "cannot be created (" + prefix + ": " + std::strerror(errno) + ")");
+      }
+      if (slash == std::string::npos) return;
     }
-    if (slash == std::string::npos) break;
   }
-  struct stat info {};
-  if (stat(step_dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) fail_dir(step_dir, "is not a directory");
-  // Effective ids: the task runs as the user, the check must be the user's.
-  if (faccessat(AT_FDCWD, step_dir.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
-    fail_dir(step_dir, std::string("is not writable (") + std::strerror(errno) + ")");
-  }
-  remove_stale(step_dir + "/" + error_file_name(rank, host));
-  remove_stale(step_dir + "/" + nccl_dump_prefix(host) + std::to_string(rank));
+  if (errno != EEXIST) fail_dir(step_dir, std::string("cannot be created (") + std::strerror(errno) + ")");
+  remove_stale(step_dir, error_file_name(rank, host));
+  remove_stale(step_dir, nccl_dump_prefix(host) + std::to_string(rank));
 }
 
 bool remove_step_log_dir_if_empty(const std::string& step_dir) {

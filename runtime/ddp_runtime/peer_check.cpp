@@ -87,7 +87,7 @@ void run_check(const Launch& launch, const std::vector<RankIdentity>& ranks, mil
       while ((answered = store->add(kPrefix + "answered", 0)) < launch.world_size && Clock::now() < deadline) {
         std::this_thread::sleep_for(kPoll);
       }
-      verdict = name_missing(launch, ranks, *store);
+      if (answered < launch.world_size) verdict = name_missing(launch, ranks, *store);
       store->set(kPrefix + "verdict", bytes("=" + verdict));
       const auto read_by = Clock::now() + kVerdictRead;
       while (store->add(kPrefix + "read", 0) < answered - 1 && Clock::now() < read_by) std::this_thread::sleep_for(kPoll);

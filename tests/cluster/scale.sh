@@ -38,8 +38,9 @@ assert_eq "${expected%$'\n'}" "$out" "the contract on all $tasks tasks of $NODES
 
 # 2. PyTorch's rendezvous of one rank per node, then an all-reduce over all of them.
 script=$(stage "$(dirname "$0")/allreduce.py")
-out=$(run_on_cluster timeout 600 srun --ddp -N"$NODES" --ntasks-per-node=1 /usr/bin/python3 "$script" 2>&1) ||
-  fail "the $NODES-rank PyTorch rendezvous failed: $out"
+rc=0
+out=$(run_on_cluster timeout 600 srun --ddp -N"$NODES" --ntasks-per-node=1 /usr/bin/python3 "$script" 2>&1) || rc=$?
+[ "$rc" = 0 ] || fail "the $NODES-rank PyTorch rendezvous failed (exit status $rc): $out"
 sum=$((NODES * (NODES + 1) / 2))
 assert_eq "$NODES" "$(grep -c "^allreduce rank=[0-9]* world=$NODES local_rank=0 host=node[0-9]* sum=$sum expected=$sum OK$" <<<"$out")" \
   "every rank of the $NODES-rank all-reduce: $out"
@@ -47,7 +48,8 @@ assert_eq "$NODES" "$(grep -c "^allreduce rank=[0-9]* world=$NODES local_rank=0 
 # 3. ddp-train over one rank per node, to its final model.
 train=$(stage "$DDP_BUILD_DIR/runtime/ddp-train")
 out=$(run_on_cluster timeout 600 srun --ddp -N"$NODES" --ntasks-per-node=1 "$train" --snapshot-dir "$TEST_DIR/snapshots" \
-  --output "$TEST_DIR/final.pt" 2 1 2>&1) || fail "ddp-train over $NODES ranks failed: $out"
+  --output "$TEST_DIR/final.pt" 2 1 2>&1) || rc=$?
+[ "$rc" = 0 ] || fail "ddp-train over $NODES ranks failed (exit status $rc): $out"
 assert_eq "$NODES" "$(grep -c '^\[CPU[0-9]*\] Epoch 1 | Batchsize: 32 | Steps: 2$' <<<"$out")" "every rank trained epoch 1: $out"
 assert_contains "$out" "Final model saved at $TEST_DIR/final.pt" "the final model"
 assert_match "$out" "Trained 2 epochs \\(4096 samples\\)" "every rank's samples"

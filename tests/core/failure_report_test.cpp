@@ -238,6 +238,13 @@ TEST(StepLogs, PrepareCreatesTheDirectoryAndRemovesOnlyThisTasksStaleReports) {
   EXPECT_FALSE(remove_step_log_dir_if_empty(step));
   EXPECT_FALSE(std::filesystem::exists(step));
   EXPECT_THROW(prepare_step_log_dir("relative/12.3", 0, "node1"), Error);
+  std::ofstream(dir.path() + "/file") << "not a directory";
+  try {
+    prepare_step_log_dir(dir.path() + "/file", 0, "node1");
+    FAIL() << "a file was taken for the log directory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("file' is not a directory; export DDP_LOG_DIR="), std::string::npos) << e.what();
+  }
 }
 
 TEST(StepLogs, TaskVariablesKeepTheUsersWatchdogSettings) {
