@@ -20,7 +20,7 @@ PACKAGES=(
   libhwloc-dev hwloc
   libopenmpi-dev openmpi-bin
   libtorch-dev libgloo-dev libopenblas0-pthread python3-torch
-  libgtest-dev
+  libgtest-dev nlohmann-json3-dev
   iproute2 procps psmisc util-linux shellcheck python3-yaml clang-format
   file dpkg-dev bc
 )

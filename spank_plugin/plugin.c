@@ -13,3 +13,5 @@ int slurm_spank_init(spank_t sp, int ac, char** av) { return ddp_spank_init(sp, 
 int slurm_spank_init_post_opt(spank_t sp, int ac, char** av) { return ddp_spank_init_post_opt(sp, ac, av); }
 int slurm_spank_user_init(spank_t sp, int ac, char** av) { return ddp_spank_user_init(sp, ac, av); }
 int slurm_spank_task_init(spank_t sp, int ac, char** av) { return ddp_spank_task_init(sp, ac, av); }
+int slurm_spank_local_user_init(spank_t sp, int ac, char** av) { return ddp_spank_local_user_init(sp, ac, av); }
+int slurm_spank_exit(spank_t sp, int ac, char** av) { return ddp_spank_exit(sp, ac, av); }

@@ -35,6 +35,11 @@ void log_error(const std::string& message);  // one line, "ddp: " prefix
 // A variable of the step's (user_init) or task's (task_init) environment; nullopt when unset.
 std::optional<std::string> get_env(spank_t sp, const char* name);
 
+// Per task, in the task's process before exec: its error report file and PyTorch's watchdog settings in `env`
+// (step_logs.hpp), the step's log directory created as the user. Throws ddp::Error for a bad DDP_LOG_DIR; a
+// directory that cannot be created only costs the reports, with a warning.
+void prepare_failure_reporting(const StepPlan& plan, const TaskInfo& task, TaskEnv& env);
+
 // Runs `body`, turning any exception into a logged error and SPANK's error code, so nothing escapes into
 // Slurm's C code.
 template <typename Body>

@@ -1,6 +1,7 @@
 // After the options are parsed. srun, sbatch and salloc refuse a --ddp request that cannot run, before anything
-// is allocated or launched, and give a new --ddp job its key (ports.hpp). slurmstepd, still root here, fills the
-// node's topology cache for this and later steps.
+// is allocated or launched, and give a new --ddp job its key (ports.hpp); srun makes a task's failure end a --ddp
+// step. slurmstepd, still root here, fills the node's topology cache for this and later steps.
+#include <slurm/slurm.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -12,7 +13,19 @@
 
 using namespace ddp::spank;
 
+// Slurm's configuration, exported by libslurmfull but not declared in its public headers (see common.cpp).
+extern "C" slurm_conf_t slurm_conf __attribute__((weak));
+
 namespace {
+
+// srun ends a step at a task's bad exit when --kill-on-bad-exit says so, else when slurm.conf's KillOnBadExit does
+// (_kill_on_bad_exit in srun's launch code, 22.05 to 25.x; 25.11 also reads it for the step's SSF_KILL_ON_BAD_EXIT
+// when the step is created, after this callback). A --ddp step's default goes into srun's own copy of KillOnBadExit,
+// so the user's --kill-on-bad-exit or SLURM_KILL_BAD_EXIT still wins; no other process or step sees it.
+void set_kill_on_bad_exit() {
+  const auto kill = ddp::kill_on_bad_exit(state().options);
+  if (kill && &slurm_conf != nullptr) slurm_conf.kill_on_bad_exit = *kill ? 1 : 0;
+}
 
 void fill_topology_cache(spank_t sp) {
   uint32_t step_id = 0;
@@ -46,6 +59,7 @@ extern "C" int ddp_spank_init_post_opt(spank_t sp, int, char**) {
     if (!state().options.enabled) return 0;
     if (!state().failure) {
       give_job_key();
+      if (spank_context() == S_CTX_LOCAL) set_kill_on_bad_exit();
       return 0;
     }
     log_error(state().failure->message);

@@ -39,6 +39,18 @@ std::string user_name(spank_t sp) {
   return found->pw_name;
 }
 
+std::string user_home(spank_t sp) {
+  uid_t uid = 0;
+  if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) return "";
+  passwd entry{};
+  passwd* found = nullptr;
+  char buffer[4096];
+  if (getpwuid_r(uid, &entry, buffer, sizeof buffer, &found) != 0 || found == nullptr || found->pw_dir == nullptr) {
+    return "";
+  }
+  return found->pw_dir;
+}
+
 std::string step_cores(spank_t sp) {
   char* cores = nullptr;
   if (spank_get_item(sp, S_STEP_ALLOC_CORES, &cores) != ESPANK_SUCCESS || cores == nullptr) return "";
@@ -87,6 +99,7 @@ ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   }
   step.hostname = this_hostname();
   step.user = user_name(sp);
+  step.home = user_home(sp);
   step.job_name = get_env(sp, "SLURM_JOB_NAME").value_or("");
   return step;
 }
@@ -169,6 +182,7 @@ int export_task_env(spank_t sp) {
   const ddp::EnvLookup user_env = [sp](const std::string& name) { return get_env(sp, name.c_str()); };
   prepare_snapshot_dir(plan, user_env);
   ddp::TaskEnv env = ddp::task_env(plan, task, user_env);
+  prepare_failure_reporting(plan, task, env);
   const ddp::TaskBinding binding = ddp::bind_task(*state().node, plan, task, env);
   if (plan.check) check_this_node(plan, task, env);
   // After Slurm's own affinity step, within what it allowed (apply_cpu_binding intersects with it).

@@ -65,6 +65,8 @@ void apply_nic(Options& options, std::optional<std::string_view> value) {
 
 void apply_check(Options& options, std::optional<std::string_view>) { options.check = true; }
 
+void apply_keep_going(Options& options, std::optional<std::string_view>) { options.keep_going = true; }
+
 void apply_snapshot_dir(Options& options, std::optional<std::string_view> value) {
   if (!value || value->empty()) throw Error("--ddp-snapshot-dir needs a directory, e.g. /fsx/%u/%j");
   options.snapshot_dir = std::string(*value);
@@ -172,8 +174,17 @@ const std::vector<OptionSpec>& option_table() {
        "Check each node (interface, master, GPUs, snapshot directory) before the program "
        "starts; a failed check fails the step with the reason",
        ArgKind::None, apply_check},
+      {"ddp-keep-going", nullptr,
+       "Keep the step running when a task fails (the default ends it, as --kill-on-bad-exit=1 does: a DDP step "
+       "that lost a rank cannot finish)",
+       ArgKind::None, apply_keep_going},
   };
   return table;
+}
+
+std::optional<bool> kill_on_bad_exit(const Options& options) {
+  if (!options.enabled) return std::nullopt;
+  return !options.keep_going;
 }
 
 void apply_option(Options& options, size_t index, const char* optarg) {

@@ -20,6 +20,7 @@ struct StepInfo {
   std::string job_key;         // DDP_JOB_KEY (ports.hpp), empty when srun made none
   std::string hostname;        // this node, for messages
   std::string user;            // the job's user name, for %u
+  std::string home;            // the job's user's home directory (passwd), for the default log directory
   std::string job_name;        // SLURM_JOB_NAME, for %x
 };
 

@@ -148,6 +148,9 @@ const std::map<std::string, Setter>& value_options() {
        [](TrainOptions& o, const std::string& v) {
          o.bucket_cap_mb = parse_real("--bucket-cap-mb", v, Sign::Positive, "25");
        }},
+      {"--straggler-threshold", [](TrainOptions& o, const std::string& v) {
+         o.straggler_threshold_pct = parse_real("--straggler-threshold", v, Sign::Positive, "20");
+       }},
   };
   return options;
 }
@@ -202,6 +205,10 @@ TrainOptions parse_train_args(const std::vector<std::string>& args, const EnvLoo
     }
     if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
       positionals.push_back(arg);
+      continue;
+    }
+    if (arg == "--json") {
+      options.json = true;
       continue;
     }
     const std::size_t equals = arg.find('=');
@@ -267,12 +274,17 @@ options:
   --output FILE                final model, a state dict torch.load reads (finalmodel.pt)
   --output-script FILE         --model: the trained module as TorchScript (--output's name with .script.pt)
   --backend auto|gloo|nccl|mpi overrides DDP_BACKEND (auto: NCCL on GPUs, else Gloo)
-  --timeout SECONDS            rendezvous and collective timeout (1800)
+  --timeout SECONDS            rendezvous and collective timeout; then rank 0 names a rank that does not
+                               answer (a stopped or hung peer) and the run ends (1800)
   --bucket-cap-mb X            gradient bucket size, as DDP's bucket_cap_mb (25)
+  --straggler-threshold PCT    once per epoch, rank 0 names ranks whose compute per step is slower than the
+                               median by more than PCT percent, with node and device (20)
+  --json                       rank 0 also prints each epoch's per-rank compute scores as a JSON line
 environment: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT GLOO_SOCKET_IFNAME
   DDP_BACKEND DDP_SNAPSHOT_DIR SLURM_JOB_ID TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT OMP_NUM_THREADS;
   OMPI_COMM_WORLD_* under mpirun
-exit status: 0 done, 1 failure, 2 bad input, 75 stopped by SIGUSR2 after a snapshot
+exit status: 0 done, 1 failure, 2 bad input, 75 stopped by SIGUSR2 after a snapshot; on failure the error also
+  goes to TORCHELASTIC_ERROR_FILE in torchrun's format (srun --ddp sets it; ddp-why reads it)
 )";
 }
 

@@ -58,9 +58,11 @@ struct TrainOptions {
   std::string resume;  // a snapshot file to start from instead of the newest in snapshot_dir
   std::string output = "finalmodel.pt";
   std::string output_script;  // --model: the trained TorchScript module (default: from --output, *.script.pt)
-  std::optional<Backend> backend;   // overrides DDP_BACKEND
-  double timeout_seconds = 1800.0;  // PyTorch's default process-group timeout
+  std::optional<Backend> backend;         // overrides DDP_BACKEND
+  double timeout_seconds = 1800.0;        // PyTorch's default process-group timeout
   double bucket_cap_mb = kBucketCapMb;
+  double straggler_threshold_pct = 20.0;  // straggler.hpp: ranks slower than the median by more are named
+  bool json = false;                      // rank 0 also prints each epoch's per-rank scores as a JSON line
   bool help = false;
 };
 

@@ -18,11 +18,14 @@
 #include "ddp_runtime/distributed_model.hpp"
 #include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
+#include "ddp_runtime/failure_report.hpp"
 #include "ddp_runtime/optimizer.hpp"
+#include "ddp_runtime/peer_check.hpp"
 #include "ddp_runtime/process_group.hpp"
 #include "ddp_runtime/sampler.hpp"
 #include "ddp_runtime/snapshot.hpp"
 #include "ddp_runtime/stop_request.hpp"
+#include "ddp_runtime/straggler.hpp"
 #include "ddp_runtime/train.hpp"
 #include "error.hpp"
 
@@ -36,6 +39,11 @@ using Seconds = std::chrono::duration<double>;
 // from rank 0's step time so that polls (one small all-reduce each) stay rare.
 constexpr double kStopPollSeconds = 0.5;
 constexpr int64_t kMaxStopPollSteps = 10000;
+
+// How long the ranks whose collective failed wait for each other before rank 0 names the ones that did not come:
+// a few seconds, plus twice a step, since the ranks reach the failed collective up to a step apart.
+constexpr std::chrono::milliseconds kPeerCheckWindow{3000};
+constexpr std::chrono::milliseconds kPeerCheckMaxWindow{60000};
 
 // Lines of the training thread and of the snapshot writer thread never interleave.
 class Console {
@@ -265,7 +273,8 @@ std::optional<LoadedSnapshot> agree_on_start(const Distributed& dist, const Trai
 
 class Trainer {
  public:
-  Trainer(const Distributed& dist, const TrainOptions& options, TrainingJob& job, SnapshotStore* store, Console& console)
+  Trainer(const Distributed& dist, const TrainOptions& options, TrainingJob& job, SnapshotStore* store,
+          Console& console, StragglerMonitor& straggler)
       : dist_(dist),
         options_(options),
         job_(job),
@@ -275,7 +284,8 @@ class Trainer {
         sampler_(job.data->size(), dist.world_size, dist.rank, true, options.seed),
         store_(store),
         has_buffers_(!model_.named_buffers().empty()),
-        console_(console) {
+        console_(console),
+        straggler_(straggler) {
     progress_.seed = options.seed;
     progress_.world_size = dist.world_size;
     progress_.batch_size = options.batch_size;
@@ -306,6 +316,7 @@ class Trainer {
   SnapshotStore* store_;  // rank 0 only
   bool has_buffers_;
   Console& console_;
+  StragglerMonitor& straggler_;
   TrainingProgress progress_;
   int64_t total_steps_ = 0;
   Clock::time_point last_snapshot_ = Clock::now();
@@ -392,6 +403,7 @@ void Trainer::run_step(const at::Tensor& order, int64_t epoch, int64_t first_bat
     (batches > 1 ? loss / static_cast<double>(batches) : loss).backward();
   }
   if (store_ != nullptr) store_->before_update();
+  straggler_.backward_finished();
   optimizer_.set_lr(scheduled_lr(options_.optimizer, progress_.global_step, epoch, total_steps_));
   optimizer_.step();
 }
@@ -443,7 +455,9 @@ bool Trainer::run_epoch(int64_t epoch) {
   for (int64_t batch = progress_.batches_done; batch < batches;) {
     const auto step_start = Clock::now();
     const int64_t count = std::min<int64_t>(options_.accumulate, batches - batch);
+    straggler_.step_started();
     run_step(order, epoch, batch, count);
+    straggler_.step_finished();
     batch += count;
     ++progress_.global_step;
     const bool epoch_end = batch == batches;
@@ -461,6 +475,7 @@ bool Trainer::run_epoch(int64_t epoch) {
                   " | Samples/s: " + format("%.0f", rate) +
                   " | ETA: " + duration_text(seconds * double(options_.total_epochs - epoch - 1)));
   }
+  straggler_.end_epoch(epoch);
   return true;
 }
 
@@ -480,6 +495,7 @@ int Trainer::train() {
   ddp_ = std::make_unique<DistributedModel>(
       parameters_, tensors_of(model_.named_buffers()), dist_,
       DdpOptions{static_cast<int64_t>(cap), std::min<int64_t>(static_cast<int64_t>(cap), kFirstBucketBytes), true});
+  straggler_.attach(tensors_of(parameters_));
   const auto start = Clock::now();
   const int64_t first_epoch = progress_.epochs_run;
   for (int64_t epoch = first_epoch; epoch < options_.total_epochs; ++epoch) {
@@ -510,8 +526,13 @@ int Trainer::train() {
 }
 
 // With the MPI group, the other ranks would wait in their next collective: the job ends here.
+// The error also goes to TORCHELASTIC_ERROR_FILE, where ddp-why and srun --ddp find it.
 int fail(const std::string& program, int status, const std::string& message) {
   std::fprintf(stderr, "%s: %s\n", program.c_str(), message.c_str());
+  std::string why;
+  if (!write_error_report(message, status, process_environment(), &why)) {
+    std::fprintf(stderr, "%s: warning: %s\n", program.c_str(), why.c_str());
+  }
   std::fflush(stderr);
   abort_mpi_job(status);
   return status;
@@ -526,12 +547,23 @@ int run_training(const TrainOptions& options, const Launch& launch, const JobFac
       init_distributed(launch, options.backend.value_or(launch.backend),
                        std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
   Console console;
+  StragglerMonitor straggler(dist, gather_identities(dist), {options.straggler_threshold_pct, options.json},
+                             [&console](const std::string& line) { console.line(line); });
   TrainingJob job = prepare_job(dist, options, make_job);
   std::unique_ptr<SnapshotStore> store;
   const std::optional<LoadedSnapshot> start = agree_on_start(dist, options, store, console);
-  Trainer trainer(dist, options, job, store.get(), console);
+  Trainer trainer(dist, options, job, store.get(), console, straggler);
   if (start) trainer.restore(*start);
-  const int status = trainer.train();
+  int status = 0;
+  try {
+    status = trainer.train();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // A stopped or hung peer fails every other rank's collective at the timeout: name it (peer_check.hpp).
+    const auto window = std::min(kPeerCheckWindow + 2 * straggler.mean_step(), kPeerCheckMaxWindow);
+    throw std::runtime_error(explain_peer_failure(launch, dist.backend, straggler.ranks(), error_message(e), window));
+  }
   finalize_mpi();
   return status;
 }

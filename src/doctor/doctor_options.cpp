@@ -53,6 +53,10 @@ const std::map<std::string, Setter>& valued_options() {
        }},
       {"--max-clock-ms",
        [](DoctorOptions& o, const std::string& v) { o.thresholds.max_clock_ms = parse_positive(v, "--max-clock-ms"); }},
+      {"--straggler-threshold",
+       [](DoctorOptions& o, const std::string& v) {
+         o.thresholds.slow_node_pct = parse_positive(v, "--straggler-threshold");
+       }},
   };
   return table;
 }
@@ -87,6 +91,8 @@ options:
   --max-rtt-us X          WARN above this round trip between nodes (default: 500)
   --min-disk-mbps X       WARN below this snapshot write bandwidth (default: 200)
   --max-clock-ms X        WARN above this clock offset between nodes (default: 100)
+  --straggler-threshold P WARN for a node whose GEMM or memory bandwidth is more than P% below the nodes'
+                          median (default: 20, as ddp-train's)
   -h, --help              this text
 )";
 }

@@ -13,6 +13,7 @@
 #include "doctor/interface.hpp"
 #include "doctor/link_test.hpp"
 #include "doctor/node_checks.hpp"
+#include "doctor/node_speed.hpp"
 #include "doctor/shared_dir.hpp"
 #include "doctor/storage.hpp"
 #include "parse.hpp"
@@ -99,6 +100,7 @@ std::vector<CheckResult> node_leader_checks(const DoctorRun& run) {
   if (run.topology_checks) append(results, run.topology_checks(run.env));
   if (passed(results, "storage.dir")) results.push_back(write_bandwidth(run, request.snapshot_dir));
   if (run.options.data_dir) append(results, data_dir_checks(*run.options.data_dir));
+  append(results, measure_node_speed(run.options.quick));
   return results;
 }
 
@@ -205,6 +207,7 @@ Outcome run_doctor(Group& group, const DoctorRun& run, std::vector<CheckResult> 
     for (const auto& bytes : group.gather("results", encode_results(mine), Deadline::after(budget.exchange))) {
       append(all, decode_results(bytes));
     }
+    grade_node_speeds(all, run.options.thresholds.slow_node_pct);
     const std::string status =
         group.broadcast("exit status", std::to_string(exit_status(all)), Deadline::after(budget.exchange));
     outcome.exit_status = status == "0" ? 0 : 1;

@@ -26,7 +26,8 @@
 #                  that reaches the other nodes' eth1 addresses, while node names resolve to eth0 addresses
 #                  (NIC selection tests: the interface that reaches MASTER_ADDR is eth0).
 #                  Host-side veth ends are ddpvKe0 / ddpvKe1; network namespaces ddp-nodeK (`ip netns`).
-#   $DIR/shared    one directory seen by every node and the host (mode 1777).
+#   $DIR/shared    one directory seen by every node and the host (mode 1777); the job user's DDP_LOG_DIR (failed
+#                  steps' error reports) is its ddp-logs, gone with the cluster, not in the user's home.
 #   $DIR/local     node-private: a tmpfs mounted at this same path in each node's mount namespace; its file
 #                  .node names the node. On the host the path is an empty directory of its own.
 #   $DIR/etc       slurm.conf, mpi.conf, plugstack.conf (`up --plugin P` writes "required P ARGS"; P is a
@@ -710,7 +711,8 @@ cmd_exec() {
   local home
   home=$(getent passwd "$CLUSTER_USER" | cut -d: -f6)
   exec setpriv --reuid="$CLUSTER_USER" --regid="$CLUSTER_USER" --init-groups env -i PATH="$SAFE_PATH" \
-    LANG=C.UTF-8 SLURM_CONF="$CONF" HOME="$home" USER="$CLUSTER_USER" LOGNAME="$CLUSTER_USER" "$@"
+    LANG=C.UTF-8 SLURM_CONF="$CONF" HOME="$home" USER="$CLUSTER_USER" LOGNAME="$CLUSTER_USER" \
+    DDP_LOG_DIR="$SHARED/ddp-logs" "$@"
 }
 
 cmd_node() {

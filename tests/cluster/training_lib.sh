@@ -15,6 +15,7 @@ TORCH_PYTHON=/usr/bin/python3  # Debian's, which has torch
 TEMPLATES=$DDP_SOURCE_DIR/sbatch_templates
 STAGED_TRAIN=$(stage "$DDP_BUILD_DIR/runtime/ddp-train")
 STAGED_RESTART=$(stage "$TEMPLATES/ddp-restart")
+stage "$DDP_BUILD_DIR/src/ddp-why" >/dev/null  # beside ddp-restart, which finds it there
 
 # submit_template TEMPLATE DIR [VAR=VALUE...] [-- SBATCH OPTION...]: submits TEMPLATE (a path relative to
 # sbatch_templates/) with DIR as its working directory, where its output (%x-%j.out) and finalmodel.pt land, and

@@ -86,6 +86,18 @@ TEST(Options, BindNicAndCheck) {
   EXPECT_NE(error_of([&] { apply_option(options, index_of("ddp-nic"), "averyveryverylongname0"); }), "");
 }
 
+TEST(Options, ADdpStepEndsWhenATaskFailsUnlessKeepGoing) {
+  Options options;
+  EXPECT_FALSE(kill_on_bad_exit(options)) << "steps without --ddp keep slurm.conf's KillOnBadExit";
+  apply_option(options, index_of("ddp"), nullptr);
+  EXPECT_EQ(kill_on_bad_exit(options), true);
+  apply_option(options, index_of("ddp-keep-going"), nullptr);
+  EXPECT_TRUE(options.keep_going);
+  EXPECT_EQ(kill_on_bad_exit(options), false);
+  apply_option(options, index_of("ddp"), "off");
+  EXPECT_FALSE(kill_on_bad_exit(options));
+}
+
 TEST(Options, EveryOptionIsNamedAndDocumented) {
   for (const OptionSpec& spec : option_table()) {
     EXPECT_EQ(std::string(spec.name).rfind("ddp", 0), 0u) << spec.name;

@@ -1,0 +1,78 @@
+#include "ddp_runtime/failure_report.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+namespace ddp::runtime {
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned char>(c));
+          out += escaped;
+        } else {
+          out += c;  // UTF-8 passes through as it is
+        }
+    }
+  }
+  return out + "\"";
+}
+
+namespace {
+
+std::string this_host() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// RANK as a number when it is one, else 0 (a single process has none).
+std::string rank_number(const EnvLookup& env) {
+  const std::string rank = env("RANK").value_or("0");
+  const bool digits = !rank.empty() && rank.size() < 10 && rank.find_first_not_of("0123456789") == std::string::npos;
+  return digits ? std::to_string(std::stoul(rank)) : "0";
+}
+
+}  // namespace
+
+std::string error_report_json(const std::string& message, int exit_status, const EnvLookup& env, double time) {
+  return "{\"message\": {\"message\": " + json_string(message) + ", \"errorCode\": " + std::to_string(exit_status) +
+         ", \"extraInfo\": {\"timestamp\": \"" + std::to_string(static_cast<long long>(time)) + "\", \"run_id\": " +
+         json_string(env("TORCHELASTIC_RUN_ID").value_or("")) + ", \"rank\": " + rank_number(env) +
+         ", \"hostname\": " + json_string(this_host()) + ", \"program\": \"ddp-train\"}}}\n";
+}
+
+bool write_error_report(const std::string& message, int exit_status, const EnvLookup& env, std::string* why) {
+  const auto path = env("TORCHELASTIC_ERROR_FILE");
+  if (!path || path->empty()) return true;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string text = error_report_json(message, exit_status, env, now);
+  const std::string temporary = *path + ".tmp." + std::to_string(getpid());
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  bool ok = fd >= 0;
+  if (ok) ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (fd >= 0) ok = close(fd) == 0 && ok;
+  if (ok) ok = rename(temporary.c_str(), path->c_str()) == 0;
+  if (!ok) {
+    *why = "cannot write the error report " + *path + ": " + std::strerror(errno);
+    unlink(temporary.c_str());
+  }
+  return ok;
+}
+
+}  // namespace ddp::runtime

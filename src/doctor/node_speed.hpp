@@ -1,0 +1,24 @@
+#pragma once
+// Slow nodes named before training: one node that computes or moves memory slower than the others (a throttled or
+// misconfigured CPU, a busy neighbour, memory on the wrong NUMA setting) slows every step of a DDP run. Each node's
+// leader measures, at the same time as the others:
+//   node.compute    single-precision GEMM (the BLAS of libblas.so.3 where there is one, else a blocked loop) on the
+//                   task's CPUs, best of 3, in GFLOP/s
+//   node.memory_bw  STREAM's triad a = b + s*c over arrays far larger than the caches, one thread per usable core,
+//                   best of 3, in GB/s
+// and rank 0 marks WARN every node below the median of all nodes by more than the threshold (--straggler-threshold,
+// 20% as ddp-train's). On GPUs the measure is of the node's CPUs: a GEMM on the GPU is not measured here.
+#include <vector>
+
+#include "doctor/check.hpp"
+
+namespace ddp::doctor {
+
+// The two measurements of this node, Ok until graded; `quick` uses smaller matrices and arrays.
+std::vector<CheckResult> measure_node_speed(bool quick);
+
+// Rank 0, on every rank's results: node.compute and node.memory_bw rows below the median of their kind by more than
+// `threshold_pct` percent become WARN, saying by how much; the others say the median they were compared with.
+void grade_node_speeds(std::vector<CheckResult>& all, double threshold_pct);
+
+}  // namespace ddp::doctor

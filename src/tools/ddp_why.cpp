@@ -1,0 +1,317 @@
+// ddp-why: why did a --ddp step fail? The first failure in time, as torchrun's "Root Cause (first observed
+// failure)": rank, node, exit status, the exception and its traceback, from the reports the step's tasks left
+// (src/step_logs.hpp) and srun's lines about tasks that exited badly. Exit status: 0 a failure was shown, 1 none
+// found, 2 bad usage or reports that cannot be read.
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <dirent.h>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "error.hpp"
+#include "failure_report.hpp"
+#include "parse.hpp"
+#include "step_logs.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: ddp-why [options] JOBID[.STEP]
+
+Names the first failure of a --ddp step: rank, node, exit status, the exception and its traceback, from the
+reports its tasks left (TORCHELASTIC_ERROR_FILE, written by PyTorch's @record and by ddp-train) and from srun's
+lines about tasks that exited badly; lists PyTorch's NCCL flight-recorder dumps. For a task without a report,
+the last lines of its output. JOBID alone: the job's latest step that left reports.
+options:
+  --log-dir DIR     where the steps' reports are (default: DDP_LOG_DIR, else ~/.cache/slurm-ddp)
+  --stderr FILE     srun's standard error of the step (default: the job's StdErr file, from scontrol)
+  --since SECONDS   ignore reports written before this time (seconds since 1970), e.g. a restart's start
+  --lines N         lines of output shown for a task without a report (20)
+exit status: 0 a failure was shown, 1 no failure found, 2 bad usage or unreadable reports
+)";
+
+constexpr std::size_t kMaxStderrBytes = 4 << 20;
+
+struct Args {
+  std::string log_dir;
+  std::string stderr_file;
+  double since = 0;
+  bool since_given = false;
+  std::size_t lines = 20;
+  std::string job;
+  std::string step;  // empty: the latest step that left reports
+};
+
+Args parse_args(int argc, char** argv) {
+  Args args;
+  std::vector<std::string> positionals;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ddp::Error(arg + " needs a value; run ddp-why --help");
+      return argv[++i];
+    };
+    if (arg == "--log-dir") {
+      args.log_dir = value();
+    } else if (arg == "--stderr") {
+      args.stderr_file = value();
+    } else if (arg == "--since") {
+      args.since = static_cast<double>(ddp::require_uint(value(), 0, 1ULL << 40, "--since"));
+      args.since_given = true;
+    } else if (arg == "--lines") {
+      args.lines = ddp::require_uint(value(), 1, 100000, "--lines");
+    } else if (arg.rfind("-", 0) == 0) {
+      throw ddp::Error("unknown option " + ddp::quote(arg) + "; run ddp-why --help");
+    } else {
+      positionals.push_back(arg);
+    }
+  }
+  if (positionals.size() != 1) throw ddp::Error("expected one JOBID or JOBID.STEP; run ddp-why --help");
+  const std::string& id = positionals[0];
+  const std::size_t dot = id.find('.');
+  args.job = std::to_string(ddp::require_uint(id.substr(0, dot), 1, UINT32_MAX, "job id"));
+  if (dot != std::string::npos) args.step = std::to_string(ddp::require_uint(id.substr(dot + 1), 0, UINT32_MAX, "step id"));
+  return args;
+}
+
+std::string home_directory() {
+  passwd entry{};
+  passwd* found = nullptr;
+  char buffer[4096];
+  if (getpwuid_r(getuid(), &entry, buffer, sizeof buffer, &found) != 0 || found == nullptr || !found->pw_dir) return "";
+  return found->pw_dir;
+}
+
+std::string log_base(const Args& args) {
+  if (!args.log_dir.empty()) return args.log_dir;
+  const char* value = std::getenv(ddp::kLogDirVariable);
+  const auto base = ddp::log_base(value ? std::optional<std::string>(value) : std::nullopt, home_directory());
+  if (!base) throw ddp::Error("no home directory and no DDP_LOG_DIR: give --log-dir DIR");
+  return *base;
+}
+
+// What Slurm still knows of the job (scontrol shows it for MinJobAge after its end): its stderr file, start, user.
+struct JobInfo {
+  std::string stderr_file;
+  double start = 0;
+  std::string user_id;  // "name(uid)"
+};
+
+std::string field(const std::string& line, const std::string& key) {
+  const std::size_t at = line.find(" " + key + "=");
+  if (at == std::string::npos) return "";
+  const std::size_t begin = at + key.size() + 2;
+  return line.substr(begin, line.find(' ', begin) - begin);
+}
+
+std::optional<JobInfo> scontrol_job(const std::string& job) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return std::nullopt;
+  const pid_t child = fork();
+  if (child == 0) {
+    dup2(pipe_fds[1], 1);
+    const int null = open("/dev/null", O_WRONLY);
+    if (null >= 0) dup2(null, 2);
+    execlp("scontrol", "scontrol", "show", "job", "-o", job.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  std::string text;
+  char chunk[4096];
+  ssize_t n = 0;
+  while (child > 0 && (n = read(pipe_fds[0], chunk, sizeof chunk)) > 0 && text.size() < (1 << 20)) text.append(chunk, n);
+  close(pipe_fds[0]);
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return std::nullopt;
+  }
+  JobInfo info;
+  const std::string line = " " + text.substr(0, text.find('\n'));
+  info.stderr_file = field(line, "StdErr");
+  info.user_id = field(line, "UserId");
+  struct tm start {};
+  const std::string start_text = field(line, "StartTime");
+  if (strptime(start_text.c_str(), "%Y-%m-%dT%H:%M:%S", &start) != nullptr) {
+    start.tm_isdst = -1;
+    info.start = static_cast<double>(mktime(&start));
+  }
+  return info;
+}
+
+std::string read_tail(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw ddp::Error("cannot read --stderr " + ddp::quote(path) + " (" + std::strerror(errno) + ")");
+  file.seekg(0, std::ios::end);
+  const std::streamoff size = file.tellg();
+  const std::streamoff start = std::max<std::streamoff>(0, size - static_cast<std::streamoff>(kMaxStderrBytes));
+  file.seekg(start);
+  std::string text(static_cast<std::size_t>(size - start), '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (start > 0) text.erase(0, text.find('\n') + 1);
+  return text;
+}
+
+// The job's step directories, newest step id first.
+std::vector<std::string> step_ids(const std::string& base, const std::string& job) {
+  std::vector<std::pair<uint64_t, std::string>> steps;
+  DIR* listing = opendir(base.c_str());
+  if (listing == nullptr) {
+    if (errno == ENOENT) return {};
+    throw ddp::Error("cannot read " + ddp::quote(base) + " (" + std::strerror(errno) + ")");
+  }
+  const std::string prefix = job + ".";
+  while (const dirent* entry = readdir(listing)) {
+    const std::string name = entry->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    if (const auto step = ddp::parse_uint(name.substr(prefix.size()), UINT32_MAX)) steps.emplace_back(*step, name.substr(prefix.size()));
+  }
+  closedir(listing);
+  std::sort(steps.rbegin(), steps.rend());
+  std::vector<std::string> ids;
+  for (const auto& step : steps) ids.push_back(step.second);
+  return ids;
+}
+
+std::string size_text(uint64_t bytes) {
+  return bytes >= 10240 ? std::to_string(bytes / 1024) + " KiB" : std::to_string(bytes) + " B";
+}
+
+// The output of srun before its first line about a failed task, without srun's own lines.
+std::vector<std::string> output_before_failure(const std::string& text, std::size_t count) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("srun: error: ", 0) == 0 && !ddp::parse_srun_exits(line).empty()) break;
+    if (line.rfind("srun: ", 0) == 0 || line.rfind("slurmstepd: ", 0) == 0) continue;
+    lines.push_back(line);
+  }
+  if (lines.size() > count) lines.erase(lines.begin(), lines.end() - static_cast<std::ptrdiff_t>(count));
+  return lines;
+}
+
+void print_indented(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) std::cout << "  " << line << "\n";
+}
+
+void print_failure(const std::string& what, const ddp::FirstFailure& failure, const ddp::StepReports& reports,
+                   const std::string& srun_output, const Args& args) {
+  std::cout << "ddp-why: " << what << ": first failure: " << ddp::one_line(failure) << "\n";
+  if (failure.report) {
+    if (!failure.report->traceback.empty()) print_indented(failure.report->traceback);
+    std::cout << "  report: " << failure.report->file << "\n";
+  } else if (!srun_output.empty()) {
+    if (const auto tail = ddp::task_output_tail(srun_output, failure.rank, args.lines)) {
+      std::cout << "  last lines of task " << failure.rank << "'s output:\n";
+      for (const auto& line : *tail) std::cout << "    " << line << "\n";
+    } else {
+      std::cout << "  srun's output is not labelled by task (srun --label would); its last lines before the failure:\n";
+      for (const auto& line : output_before_failure(srun_output, args.lines)) std::cout << "    " << line << "\n";
+    }
+  }
+  std::size_t others = 0;
+  for (const auto& report : reports.errors) {
+    if (failure.report && report.file == failure.report->file) continue;
+    if (others++ == 0) std::cout << "then:\n";
+    if (others > 8) continue;
+    ddp::FirstFailure other{report.rank, report.host, report, std::nullopt};
+    std::cout << "  " << ddp::one_line(other) << "\n";
+  }
+  if (others > 8) std::cout << "  ... and " << others - 8 << " more reports in " << reports.dir << "\n";
+  if (!reports.dumps.empty()) {
+    std::cout << "NCCL flight-recorder dumps (" << reports.dumps.size() << ", PyTorch's TORCH_NCCL_DUMP_ON_TIMEOUT):\n";
+    for (const auto& dump : reports.dumps) {
+      std::cout << "  rank " << dump.rank << " on " << dump.host << ": " << dump.file << " (" << size_text(dump.bytes)
+                << ")\n";
+    }
+  }
+}
+
+// "ddpuser(1001)" of another uid: that user's reports are in that user's log directory.
+void refuse_other_users_job(const Args& args, const std::optional<JobInfo>& job) {
+  if (!job || !args.log_dir.empty()) return;
+  const std::size_t open = job->user_id.find('(');
+  const auto uid = open == std::string::npos ? std::nullopt
+                                             : ddp::parse_uint(job->user_id.substr(open + 1, job->user_id.size() - open - 2),
+                                                               UINT32_MAX);
+  if (!uid || *uid == getuid()) return;
+  throw ddp::Error("job " + args.job + " is " + job->user_id.substr(0, open) + "'s: its reports are in that user's "
+                   "DDP_LOG_DIR (default ~/.cache/slurm-ddp); give --log-dir DIR where you may read them");
+}
+
+int run(const Args& args) {
+  const std::optional<JobInfo> job = scontrol_job(args.job);
+  refuse_other_users_job(args, job);
+  const std::string base = log_base(args);
+  ddp::StepIdentity identity;
+  identity.not_before = args.since_given ? args.since : (job ? job->start : 0);
+  std::string srun_output;
+  const std::string stderr_file = !args.stderr_file.empty() ? args.stderr_file : (job ? job->stderr_file : "");
+  if (!stderr_file.empty()) {
+    try {
+      srun_output = read_tail(stderr_file);
+    } catch (const ddp::Error& e) {
+      if (!args.stderr_file.empty()) throw;
+    }
+  }
+  const std::vector<std::string> candidates = args.step.empty() ? step_ids(base, args.job) : std::vector{args.step};
+  ddp::StepReports reports;
+  std::string what = "job " + args.job;
+  for (const std::string& step : candidates) {
+    identity.run_id = args.job + "." + step;
+    ddp::StepReports found = ddp::read_step_reports(ddp::step_log_dir(base, identity.run_id), {}, identity);
+    for (const auto& warning : found.warnings) std::cerr << "ddp-why: warning: " << warning << "\n";
+    if (!found.errors.empty() || !found.dumps.empty() || !args.step.empty()) {
+      reports = std::move(found);
+      what = "step " + identity.run_id;
+      break;
+    }
+  }
+  const auto failure = ddp::first_failure(reports, ddp::parse_srun_exits(srun_output));
+  if (failure) {
+    print_failure(what, *failure, reports, srun_output, args);
+    return 0;
+  }
+  if (!reports.dumps.empty()) {
+    print_failure(what, ddp::FirstFailure{reports.dumps.front().rank, reports.dumps.front().host, std::nullopt, std::nullopt}, reports, "", args);
+    return 0;
+  }
+  std::cout << "ddp-why: " << what << ": no failure found in " << (reports.dir.empty() ? base : reports.dir)
+            << (stderr_file.empty() ? "" : " nor in " + stderr_file)
+            << " (the step succeeded, or its program writes no report: decorate its main with PyTorch's "
+               "torch.distributed.elastic.multiprocessing.errors.record)\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+  }
+  try {
+    return run(parse_args(argc, argv));
+  } catch (const ddp::Error& e) {
+    std::cerr << "ddp-why: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "ddp-why: " << e.what() << "\n";
+    return 2;
+  }
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# When a task of an `srun --ddp` step fails (issue 15 items 1 and 2):
+# - the step ends (srun's --kill-on-bad-exit=1 meaning) while the other ranks would still sleep for minutes; with
+#   --ddp-keep-going or Slurm's own --kill-on-bad-exit=0 the others run to their end;
+# - the failed rank's exception reaches its TORCHELASTIC_ERROR_FILE through PyTorch's own @record; srun names the first
+#   failure when it exits, and ddp-why shows rank, node, exit status, exception and traceback; for a rank killed
+#   without a report, ddp-why names it from srun's lines and shows the end of its output;
+# - a step that succeeds leaves no log directory; PyTorch's watchdog settings reach the tasks, a user's value wins;
+# - bad input: a report that is not JSON or is another step's is ignored with a warning, another user's job and an
+#   unreadable log directory are refused in one line, a relative DDP_LOG_DIR fails the step naming it.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+[ -n "$DDP_PLUGIN" ] || skip "the plugin is not built"
+/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null || skip "Debian's python3-torch is not installed"
+DDP_WHY=$DDP_BUILD_DIR/src/ddp-why
+[ -x "$DDP_WHY" ] || fail "ddp-why is not built ($DDP_WHY)"
+script=$(stage "$(dirname "$0")/fail_rank.py")
+logs=$TEST_DIR/logs
+markers=$TEST_DIR/markers
+install -d -o "$DDP_CLUSTER_USER" "$markers"
+STEP=(srun --ddp -N2 --ntasks-per-node=2)
+
+# run_step NAME VAR=VALUE... -- SRUN_ARGS...: the fault injection as one step; srun's output in $TEST_DIR/NAME.out,
+# its exit status in $rc. `timeout` only bounds a broken run: the ranks that do not fail sleep 300 s.
+run_step() {
+  local name=$1 vars=()
+  shift
+  while [ "$1" != -- ]; do vars+=("$1"); shift; done
+  shift
+  rm -f "$markers"/done-*
+  rc=0
+  run_on_cluster env DDP_LOG_DIR="$logs" MARKERS="$markers" "${vars[@]}" timeout 200 \
+    "$@" /usr/bin/python3 "$script" >"$TEST_DIR/$name.out" 2>&1 || rc=$?
+  [ "$rc" != 124 ] || fail "$name: the step did not end when rank FAIL_RANK failed: $(cat "$TEST_DIR/$name.out")"
+}
+
+why() { run_on_cluster env DDP_LOG_DIR="$logs" "$DDP_WHY" "$@"; }
+
+# 1. An exception on rank 1 ends the step; the others never reach their marker.
+run_step raise FAIL_RANK=1 -- "${STEP[@]}"
+out=$(cat "$TEST_DIR/raise.out")
+[ "$rc" != 0 ] || fail "the step succeeded although rank 1 failed: $out"
+[ -z "$(find "$markers" -mindepth 1)" ] || fail "ranks kept running after rank 1 failed: $(find "$markers" -mindepth 1)"
+assert_match "$out" "ddp: step [0-9]+\\.[0-9]+ failed; first failure: rank 1 on node1, at [0-9-]+ [0-9:.]+: ValueError: bad batch 7 on rank 1 \\(ddp-why [0-9]+\\.[0-9]+ shows the whole report\\)" \
+  "srun names the first failure at exit"
+step=$(sed -n 's/^ddp: step \([0-9]*\.[0-9]*\) failed.*/\1/p' <<<"$out")
+report=$(why "$step")
+assert_contains "$report" "ddp-why: step $step: first failure: rank 1 on node1" "ddp-why names rank and node"
+assert_contains "$report" "ValueError: bad batch 7 on rank 1" "ddp-why shows the exception"
+assert_contains "$report" "fail_rank.py\", line" "ddp-why shows the traceback"
+assert_contains "$report" "in fail" "the traceback reaches the raising function"
+# The same through the job id alone, with srun's lines: srun's exit status of the task joins the report.
+report=$(why --stderr "$TEST_DIR/raise.out" "${step%.*}")
+assert_contains "$report" "first failure: rank 1 on node1, Exited with exit code 1, at" "exit status from srun's line"
+
+# 2. Bad reports beside the real one: ignored with a warning each, the answer unchanged.
+run_on_cluster sh -c "printf 'Segmentation fault' >'$logs/$step/error-rank3-node2.json'
+  printf '{\"message\": {\"message\": \"old\", \"extraInfo\": {\"timestamp\": \"1\", \"run_id\": \"1.99\"}}}' >'$logs/$step/error-rank2-node2.json'"
+report=$(why "$step" 2>&1)
+assert_contains "$report" "error-rank3-node2.json is not JSON; ignored" "a report that is not JSON"
+assert_contains "$report" "error-rank2-node2.json is from step '1.99', not $step; ignored" "another step's report"
+assert_contains "$report" "first failure: rank 1 on node1" "the first failure is unchanged"
+
+# 3. Refusals in one line: an unreadable log directory, another user's job.
+assert_fails "an unreadable log directory" run_on_cluster "$DDP_WHY" --log-dir /root "$step"
+assert_match "$FAILED_OUTPUT" "^ddp-why: cannot read '/root/$step' \\(Permission denied\\)$" "unreadable log directory"
+if other=$(env SLURM_CONF="$SLURM_CONF" "$DDP_WHY" "$step" 2>&1); then fail "root read ddpuser's job: $other"; fi
+assert_match "$other" "^ddp-why: job ${step%.*} is $DDP_CLUSTER_USER's: its reports are in that user's DDP_LOG_DIR.*$" \
+  "another user's job"
+
+# 4. A rank killed outright leaves no report: srun's line names it, ddp-why shows the end of its output.
+run_step kill FAIL_RANK=2 FAIL_HOW=kill -- "${STEP[@]}" --label
+out=$(cat "$TEST_DIR/kill.out")
+[ -z "$(find "$markers" -mindepth 1)" ] || fail "ranks kept running after rank 2 was killed: $(find "$markers" -mindepth 1)"
+job=$(sed -n 's/.*is about to fail (kill) in step \([0-9]*\)\..*/\1/p' <<<"$out")
+report=$(why --stderr "$TEST_DIR/kill.out" "$job")
+assert_contains "$report" "first failure: rank 2 on node2, Killed (no error report" "the killed rank, from srun's line"
+assert_contains "$report" "last lines of task 2's output:" "its own output, by srun's labels"
+assert_contains "$report" "rank 2 is about to fail (kill) in step $job." "the end of its output"
+
+# 5. Opting out: the others run to their end.
+run_step keep_going FAIL_RANK=1 SLEEP=2 -- "${STEP[@]}" --ddp-keep-going
+finished() { find "$markers" -mindepth 1 -printf '%f\n' | sort | paste -sd' '; }
+assert_eq "done-0 done-2 done-3" "$(finished)" "--ddp-keep-going: every other rank finished"
+run_step slurm_opt_out FAIL_RANK=1 SLEEP=2 -- "${STEP[@]}" --kill-on-bad-exit=0
+assert_eq "done-0 done-2 done-3" "$(finished)" "--kill-on-bad-exit=0: every other rank finished"
+
+# 6. A step that succeeds leaves no directory behind; the watchdog settings reach the task, the user's value wins.
+# shellcheck disable=SC2016  # expanded by the task
+out=$(run_on_cluster env DDP_LOG_DIR="$logs" TORCH_NCCL_TRACE_BUFFER_SIZE=64 srun --ddp -N1 -n1 \
+  sh -c 'echo "id=$SLURM_JOB_ID.$SLURM_STEP_ID"; env | grep -E "^(TORCHELASTIC_ERROR_FILE|TORCH_NCCL_)" | sort')
+ok_step=$(sed -n 's/^id=//p' <<<"$out")
+assert_contains "$out" "TORCHELASTIC_ERROR_FILE=$logs/$ok_step/error-rank0-node1.json" "the task's error file"
+assert_contains "$out" "TORCH_NCCL_ASYNC_ERROR_HANDLING=3" "watchdog tears down a hung process"
+assert_contains "$out" "TORCH_NCCL_DUMP_ON_TIMEOUT=1" "flight recorder dumps on timeout"
+assert_contains "$out" "TORCH_NCCL_TRACE_BUFFER_SIZE=64" "the user's value wins"
+assert_contains "$out" "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=$logs/$ok_step/nccl-node1-rank" "dumps go to the step's directory"
+[ ! -e "$logs/$ok_step" ] || fail "the successful step $ok_step left $logs/$ok_step: $(ls -la "$logs/$ok_step")"
+
+# 7. A relative DDP_LOG_DIR fails the step, naming the value and the fix.
+assert_fails "a relative DDP_LOG_DIR" run_on_cluster env DDP_LOG_DIR=logs srun --ddp -N1 -n1 true
+assert_contains "$FAILED_OUTPUT" "DDP_LOG_DIR='logs' is not an absolute path" "relative DDP_LOG_DIR"
+pass "a failed rank ends the step and is named with its exception; keep-going, clean-up and bad input"
