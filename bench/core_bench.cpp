@@ -56,16 +56,17 @@ int main() {
     ddp::add_failure_reporting(env, std::string("/fsx/logs/123456.2"), static_cast<uint32_t>(i), "gpu-b3024");
     sink += env.vars().size();
   });
-  const std::string dir = (std::filesystem::temp_directory_path() / ("core_bench." + std::to_string(getpid()))).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("core_bench." + std::to_string(getpid()))).string();
   const std::string step_dir = dir + "/logs/123456.2";
-  const double prepare_us = microseconds_per_call(2000, [&](int i) {
-    ddp::prepare_step_log_dir(step_dir, static_cast<uint32_t>(i), "gpu-b3024");
-  });
+  const double prepare_us = microseconds_per_call(
+      2000, [&](int i) { ddp::prepare_step_log_dir(step_dir, static_cast<uint32_t>(i), "gpu-b3024"); });
   constexpr int kReports = 4096 * 8;
   const std::string report = R"json({"message": {"message": "RuntimeError: Connection closed by peer", )json"
                              R"json("extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1795473684"}}})json";
   for (int rank = 0; rank < kReports; ++rank) {
-    std::ofstream(step_dir + "/" + ddp::error_file_name(static_cast<uint32_t>(rank), "gpu-b" + std::to_string(rank / 8)))
+    std::ofstream(step_dir + "/" +
+                  ddp::error_file_name(static_cast<uint32_t>(rank), "gpu-b" + std::to_string(rank / 8)))
         << report;
   }
   const auto read_start = std::chrono::steady_clock::now();
@@ -80,8 +81,10 @@ int main() {
   std::printf("core_bench: both together, worst case per task:             %8.1f us  (goal < 1000 us)\n",
               expand_us + per_task_us);
   std::printf("core_bench: error-report variables of one task:           %8.1f us\n", report_env_us);
-  std::printf("core_bench: prepare the step's log directory, one task:   %8.1f us  (local disk: mkdir, stat, access, 2 unlink)\n",
-              prepare_us);
+  std::printf(
+      "core_bench: prepare the step's log directory, one task:   %8.1f us  (local disk: mkdir, stat, access, 2 "
+      "unlink)\n",
+      prepare_us);
   std::printf("core_bench: read %d error reports of one step:         %8.1f ms  (ddp-why, srun at exit)\n", kReports,
               read_ms.count());
   std::printf("core_bench: (checksum %zu)\n", sink);

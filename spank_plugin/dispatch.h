@@ -10,10 +10,10 @@
 extern "C" {
 #endif
 
-int ddp_spank_init(spank_t sp, int ac, char** av);           /* every context: options, admin config */
-int ddp_spank_init_post_opt(spank_t sp, int ac, char** av);  /* srun, sbatch, salloc: reject bad input early */
-int ddp_spank_user_init(spank_t sp, int ac, char** av);      /* slurmstepd, once per node: the step plan */
-int ddp_spank_task_init(spank_t sp, int ac, char** av);      /* slurmstepd, per task: its environment */
+int ddp_spank_init(spank_t sp, int ac, char** av);            /* every context: options, admin config */
+int ddp_spank_init_post_opt(spank_t sp, int ac, char** av);   /* srun, sbatch, salloc: reject bad input early */
+int ddp_spank_user_init(spank_t sp, int ac, char** av);       /* slurmstepd, once per node: the step plan */
+int ddp_spank_task_init(spank_t sp, int ac, char** av);       /* slurmstepd, per task: its environment */
 int ddp_spank_local_user_init(spank_t sp, int ac, char** av); /* srun, before launch: the step's id */
 int ddp_spank_exit(spank_t sp, int ac, char** av);            /* srun at exit: the step's failure reports */
 

@@ -63,8 +63,8 @@ void report_failure(const std::string& dir) {
   const ddp::StepReports reports = ddp::read_step_reports(dir, ddp::ReportLimits{});
   const std::string why = "ddp-why " + launched_run_id();
   if (const auto first = ddp::first_failure(reports, {})) {
-    std::fprintf(stderr, "ddp: step %s failed; first failure: %s (%s shows the whole report)\n", launched_run_id().c_str(),
-                 ddp::one_line(*first).c_str(), why.c_str());
+    std::fprintf(stderr, "ddp: step %s failed; first failure: %s (%s shows the whole report)\n",
+                 launched_run_id().c_str(), ddp::one_line(*first).c_str(), why.c_str());
   } else {
     std::fprintf(stderr, "ddp: step %s failed; its reports are in %s (%s)\n", launched_run_id().c_str(), dir.c_str(),
                  why.c_str());

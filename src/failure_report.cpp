@@ -73,7 +73,8 @@ bool parse_error_name(std::string_view name, uint32_t* rank, std::string* host) 
   if (!take(name, "error-rank")) return false;
   const auto number = take_number(name);
   constexpr std::string_view kSuffix = ".json";
-  if (!number || !take(name, "-") || name.size() <= kSuffix.size() || name.substr(name.size() - kSuffix.size()) != kSuffix) {
+  if (!number || !take(name, "-") || name.size() <= kSuffix.size() ||
+      name.substr(name.size() - kSuffix.size()) != kSuffix) {
     return false;
   }
   name.remove_suffix(kSuffix.size());
@@ -139,8 +140,8 @@ std::optional<std::string> read_small_file(int dir_fd, const std::string& name, 
   bool ok = fstat(fd, info) == 0 && S_ISREG(info->st_mode);
   if (!ok) *why = "is not a regular file";
   if (ok && static_cast<uint64_t>(info->st_size) > max_bytes) {
-    *why = "is " + std::to_string(info->st_size) + " bytes, more than a report can be (" + std::to_string(max_bytes) +
-           ")";
+    *why =
+        "is " + std::to_string(info->st_size) + " bytes, more than a report can be (" + std::to_string(max_bytes) + ")";
     ok = false;
   }
   if (ok) {
@@ -162,11 +163,12 @@ double modification_time(const struct stat& info) {
   return static_cast<double>(info.st_mtim.tv_sec) + static_cast<double>(info.st_mtim.tv_nsec) * 1e-9;
 }
 
-void read_error_file(int dir_fd, const std::string& dir, const std::string& name, uint32_t rank, const std::string& host,
-                     const ReportLimits& limits, const StepIdentity& identity, StepReports& out) {
+void read_error_file(int dir_fd, const std::string& dir, const std::string& name, uint32_t rank,
+                     const std::string& host, const ReportLimits& limits, const StepIdentity& identity,
+                     StepReports& out) {
   const std::string path = dir + "/" + name;
   std::string why;
-  struct stat info {};
+  struct stat info = {};
   const auto text = read_small_file(dir_fd, name, limits.max_file_bytes, &why, &info);
   std::optional<ErrorReport> report;
   if (text) report = parse_error_report(*text, &why);
@@ -240,7 +242,8 @@ StepReports read_step_reports(const std::string& dir, const ReportLimits& limits
   std::size_t examined = 0;
   while (const dirent* entry = readdir(listing.get())) {
     if (++examined > limits.max_entries) {
-      out.warnings.push_back(dir + " has more than " + std::to_string(limits.max_entries) + " entries; the rest ignored");
+      out.warnings.push_back(dir + " has more than " + std::to_string(limits.max_entries) +
+                             " entries; the rest ignored");
       break;
     }
     const std::string name = entry->d_name;
@@ -249,7 +252,7 @@ StepReports read_step_reports(const std::string& dir, const ReportLimits& limits
     if (parse_error_name(name, &rank, &host)) {
       read_error_file(dir_fd, dir, name, rank, host, limits, identity, out);
     } else if (parse_dump_name(name, &rank, &host)) {
-      struct stat info {};
+      struct stat info = {};
       if (fstatat(dir_fd, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(info.st_mode) &&
           modification_time(info) >= identity.not_before) {
         out.dumps.push_back({rank, host, dir + "/" + name, static_cast<uint64_t>(info.st_size)});
@@ -339,7 +342,7 @@ std::optional<std::vector<std::string>> task_output_tail(const std::string& srun
 std::string format_time(double seconds_since_epoch) {
   const auto whole = static_cast<time_t>(std::floor(seconds_since_epoch));
   const int millis = static_cast<int>((seconds_since_epoch - static_cast<double>(whole)) * 1000);
-  struct tm local {};
+  struct tm local = {};
   localtime_r(&whole, &local);
   char text[64];
   const std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local);

@@ -27,12 +27,12 @@ struct ErrorReport {
   uint32_t rank = 0;
   std::string host;
   std::string file;
-  double time = 0;                // when the report was written: the file's modification time, seconds since 1970
-  std::string message;            // "RuntimeError: boom"
-  std::string traceback;          // py_callstack; empty when the writer had none
-  std::optional<int> exit_code;   // errorCode, when the writer knew it
-  std::string run_id;             // extraInfo.run_id (ddp-train's); empty from @record
-  bool consequence = false;       // the message says a peer went away: a failure caused by another one
+  double time = 0;               // when the report was written: the file's modification time, seconds since 1970
+  std::string message;           // "RuntimeError: boom"
+  std::string traceback;         // py_callstack; empty when the writer had none
+  std::optional<int> exit_code;  // errorCode, when the writer knew it
+  std::string run_id;            // extraInfo.run_id (ddp-train's); empty from @record
+  bool consequence = false;      // the message says a peer went away: a failure caused by another one
 };
 
 struct FlightRecorderDump {

@@ -47,7 +47,8 @@ void check_loads_safely(const std::string& xml) {
   }
   if (WIFSIGNALED(status)) {
     throw Error("topology_xml " + quote(xml) + " in plugstack.conf crashes hwloc (signal " +
-                std::to_string(WTERMSIG(status)) + "): it is not an export hwloc can read; write it again with "
+                std::to_string(WTERMSIG(status)) +
+                "): it is not an export hwloc can read; write it again with "
                 "'lstopo-no-graphics --of xml FILE'");
   }
 }

@@ -59,7 +59,7 @@ struct Config {
   BindMode bind = BindMode::Closest;
   std::string nic;           // empty: chosen per task
   std::string topology_xml;  // hwloc XML read instead of the running system; empty: the running system
-  std::string topology_cache = "/run/slurm-ddp";  // per-boot export of the system's topology; empty: none
+  std::string topology_cache = "/run/slurm-ddp";          // per-boot export of the system's topology; empty: none
   std::chrono::milliseconds snapshot_dir_timeout{30000};  // how long each task waits for the snapshot directory
 };
 

@@ -21,7 +21,8 @@ namespace {
 
 std::string checked_value(const std::string& value, const char* what, const std::string& path_template) {
   if (value.empty() && std::string(what) == "user name") {
-    throw Error("snapshot directory " + quote(path_template) + ": the job's user has no name on this node (no passwd "
+    throw Error("snapshot directory " + quote(path_template) +
+                ": the job's user has no name on this node (no passwd "
                 "entry for its uid), so %u cannot be expanded; fix the node's user database or drop %u");
   }
   if (value.empty() || value == "." || value == ".." || value.find('/') != std::string::npos) {
@@ -46,7 +47,8 @@ class DirWalk {
   // A component above the snapshot directory that anyone may write, without the sticky bit, lets its owner
   // move the snapshot directory away and put another in its place.
   void check_ancestor(const struct stat& info, const std::string& component) const {
-    if ((info.st_mode & S_IWOTH) != 0 && (info.st_mode & S_ISVTX) == 0 && info.st_uid != 0 && info.st_uid != geteuid()) {
+    if ((info.st_mode & S_IWOTH) != 0 && (info.st_mode & S_ISVTX) == 0 && info.st_uid != 0 &&
+        info.st_uid != geteuid()) {
       fail("lies in " + quote(component) + ", which uid " + std::to_string(info.st_uid) +
            " owns and everyone may write: its owner could replace the snapshot directory");
     }
@@ -58,13 +60,14 @@ class DirWalk {
   }
 
   void check_final(int fd) const {
-    struct stat info {};
+    struct stat info = {};
     if (fstat(fd, &info) != 0) fail("cannot be examined " + errno_text(path_));
     if (info.st_uid != geteuid()) owned_by_another(info);
     if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
       char mode[8];
       std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
-      fail(std::string("is writable by others (mode ") + mode + "): they could plant or delete snapshots; chmod go-w it");
+      fail(std::string("is writable by others (mode ") + mode +
+           "): they could plant or delete snapshots; chmod go-w it");
     }
     // Effective ids: the caller may be a process that dropped privileges with seteuid.
     if (faccessat(fd, ".", W_OK | X_OK, AT_EACCESS) != 0) fail("is not writable " + errno_text(path_));
@@ -81,14 +84,15 @@ class DirWalk {
     }
     if (fd) return fd;
     const int error = errno;
-    struct stat info {};
+    struct stat info = {};
     const bool seen = fstatat(parent, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0;
     // O_DIRECTORY | O_NOFOLLOW on a link says ENOTDIR or ELOOP, depending on the kernel.
     if (seen && last && S_ISLNK(info.st_mode)) fail("is a symbolic link; give the directory it points to");
     if (seen && last && S_ISDIR(info.st_mode) && info.st_uid != geteuid()) owned_by_another(info);
     errno = error;
     if (!seen) fail("cannot be created " + errno_text(prefix));
-    if (errno == ENOTDIR) fail(last ? "is not a directory" : "cannot be created: " + quote(prefix) + " is not a directory");
+    if (errno == ENOTDIR)
+      fail(last ? "is not a directory" : "cannot be created: " + quote(prefix) + " is not a directory");
     fail("cannot be opened " + errno_text(prefix));
   }
 
@@ -110,7 +114,7 @@ class DirWalk {
       const bool last = i + 1 == parts.size();
       UniqueFd next = open_component(current.get(), parts[i], prefix, last);
       if (!last) {
-        struct stat info {};
+        struct stat info = {};
         if (fstat(next.get(), &info) != 0) fail("cannot be examined " + errno_text(prefix));
         check_ancestor(info, prefix);
       }
@@ -172,7 +176,8 @@ SnapshotDir SnapshotDir::open(const std::string& path, const std::string& option
 
 void prepare_snapshot_dir(const std::string& path, const std::string& option, std::chrono::milliseconds deadline) {
   int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error(std::string("cannot check the snapshot directory: ") + std::strerror(errno));
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0)
+    throw Error(std::string("cannot check the snapshot directory: ") + std::strerror(errno));
   UniqueFd read_end(pipe_fds[0]);
   UniqueFd write_end(pipe_fds[1]);
   const pid_t child = fork();
@@ -205,9 +210,10 @@ void prepare_snapshot_dir(const std::string& path, const std::string& option, st
       // A child stuck in the file system cannot always be reaped; it goes when the file system answers.
       kill(child, SIGKILL);
       waitpid(child, nullptr, WNOHANG);
-      throw Error("snapshot directory " + quote(path) + " did not answer within " +
-                  seconds_text(deadline) + ": its file system hangs on this node; "
-                  "check the mount, or use another directory (" + option + ")");
+      throw Error("snapshot directory " + quote(path) + " did not answer within " + seconds_text(deadline) +
+                  ": its file system hangs on this node; "
+                  "check the mount, or use another directory (" +
+                  option + ")");
     }
     char buffer[512];
     const ssize_t n = ::read(read_end.get(), buffer, sizeof buffer);

@@ -16,8 +16,8 @@ namespace {
 std::string safe_host(const std::string& host) {
   std::string safe = host.empty() ? "unknown" : host;
   for (char& c : safe) {
-    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                      c == '_' || c == '-';
+    const bool keep =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!keep) c = '_';
   }
   return safe;

@@ -37,8 +37,8 @@ StepPlan plan_step(const StepInfo& step, const Options& options, const Config& c
   plan.snapshot_dir_timeout = config.snapshot_dir_timeout;
   plan.check = options.check;
   plan.master_addr = first_host(step.node_list);
-  plan.port = choose_master_port(options.port, step.reserved_ports, step.job_id, step.step_id, config.port_range,
-                                 step.job_key);
+  plan.port =
+      choose_master_port(options.port, step.reserved_ports, step.job_id, step.step_id, config.port_range, step.job_key);
   if (plan.port.source == PortSource::Hashed) check_port_range(config.port_range, ephemeral);
   const std::string& dir_template = options.snapshot_dir ? *options.snapshot_dir : config.snapshot_dir;
   if (!dir_template.empty()) {

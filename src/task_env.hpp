@@ -22,9 +22,9 @@ struct StepPlan {
   std::string snapshot_dir;            // expanded; empty when neither --ddp-snapshot-dir nor snapshot_dir is set
   bool snapshot_dir_explicit = false;  // from --ddp-snapshot-dir: replaces a DDP_SNAPSHOT_DIR of the environment
   BindMode bind = BindMode::Closest;
-  std::optional<std::string> nic;  // --ddp-nic, else the admin's nic; unset: chosen per task
-  std::string topology_xml;        // the admin's topology_xml; empty: the running system
-  std::string topology_cache;      // the admin's topology_cache; empty: none
+  std::optional<std::string> nic;                         // --ddp-nic, else the admin's nic; unset: chosen per task
+  std::string topology_xml;                               // the admin's topology_xml; empty: the running system
+  std::string topology_cache;                             // the admin's topology_cache; empty: none
   std::chrono::milliseconds snapshot_dir_timeout{30000};  // the admin's snapshot_dir_timeout
   bool check = false;
 };

@@ -39,7 +39,8 @@ std::string system_error_text() { return errno != 0 ? std::strerror(errno) : "un
 // which another thread of slurmstepd could read it while it changes is one call, not two per topology load.
 void without_hwloc_plugins() {
   static const bool done = [] {
-    if (std::getenv("HWLOC_PLUGINS_PATH") == nullptr) setenv("HWLOC_PLUGINS_PATH", "/nonexistent/slurm-ddp-no-hwloc-plugins", 0);
+    if (std::getenv("HWLOC_PLUGINS_PATH") == nullptr)
+      setenv("HWLOC_PLUGINS_PATH", "/nonexistent/slurm-ddp-no-hwloc-plugins", 0);
     return true;
   }();
   (void)done;

@@ -155,8 +155,9 @@ void set_optimizer_param_state(torch::optim::Optimizer& optimizer, const at::Ten
 
 void write_pickle_archive(const c10::IValue& value, const ByteSink& sink) {
   std::vector<char> pickle;
-  torch::jit::Pickler pickler([&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); },
-                              nullptr, nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  torch::jit::Pickler pickler(
+      [&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); }, nullptr, nullptr,
+      nullptr, nullptr, /*tag_aggregates=*/false);
   pickler.protocol();
   pickler.pushIValue(value);
   pickler.stop();

@@ -49,7 +49,8 @@ WorkloadKind parse_workload(const std::string& text) {
 
 std::string checked_run_id(const std::string& where, const std::string& text) {
   if (!is_valid_run_id(text)) {
-    throw Error(where + " '" + text + "' is not a run id: use 1-64 letters, digits, '.', '_' or '-', not starting "
+    throw Error(where + " '" + text +
+                "' is not a run id: use 1-64 letters, digits, '.', '_' or '-', not starting "
                 "with '.'; e.g. --run-id resnet-a");
   }
   return text;
@@ -62,6 +63,12 @@ std::string default_run_id(const EnvLookup& env) {
   if (const auto run = env("TORCHELASTIC_RUN_ID"); run && is_valid_run_id(*run)) return *run;
   return "default";
 }
+
+double positive(const std::string& option, const std::string& text, const std::string& example) {
+  return parse_real(option, text, Sign::Positive, example);
+}
+
+double percent(const std::string& text) { return positive("--straggler-threshold", text, "20"); }
 
 LossKind parse_loss(const std::string& text) {
   if (text == "mse") return LossKind::MeanSquaredError;
@@ -100,34 +107,44 @@ const std::map<std::string, Setter>& value_options() {
        [](TrainOptions& o, const std::string& v) { o.batch_size = parse_whole("--batch-size", v, 1, "32"); }},
       {"--workload", [](TrainOptions& o, const std::string& v) { o.workload = parse_workload(v); }},
       {"--width", [](TrainOptions& o, const std::string& v) { o.width = parse_whole("--width", v, 1, "1024"); }},
-      {"--samples", [](TrainOptions& o, const std::string& v) { o.samples = parse_whole<int64_t>("--samples", v, 1, "2048"); }},
+      {"--samples",
+       [](TrainOptions& o, const std::string& v) { o.samples = parse_whole<int64_t>("--samples", v, 1, "2048"); }},
       {"--model", [](TrainOptions& o, const std::string& v) { o.model = v; }},
       {"--data", [](TrainOptions& o, const std::string& v) { o.data = v; }},
       {"--loss", [](TrainOptions& o, const std::string& v) { o.loss = parse_loss(v); }},
       {"--optimizer", [](TrainOptions& o, const std::string& v) { o.optimizer.kind = parse_optimizer(v); }},
-      {"--lr", [](TrainOptions& o, const std::string& v) { o.optimizer.lr = parse_real("--lr", v, Sign::NonNegative, "1e-3"); }},
-      {"--momentum", [](TrainOptions& o, const std::string& v) {
+      {"--lr", [](TrainOptions& o,
+                  const std::string& v) { o.optimizer.lr = parse_real("--lr", v, Sign::NonNegative, "1e-3"); }},
+      {"--momentum",
+       [](TrainOptions& o, const std::string& v) {
          o.optimizer.momentum = parse_real("--momentum", v, Sign::NonNegative, "0.9");
        }},
-      {"--weight-decay", [](TrainOptions& o, const std::string& v) {
+      {"--weight-decay",
+       [](TrainOptions& o, const std::string& v) {
          o.optimizer.weight_decay = parse_real("--weight-decay", v, Sign::NonNegative, "0.01");
        }},
       {"--betas", [](TrainOptions& o, const std::string& v) { parse_betas(o.optimizer, v); }},
-      {"--eps", [](TrainOptions& o, const std::string& v) { o.optimizer.eps = parse_real("--eps", v, Sign::Positive, "1e-8"); }},
-      {"--clip-grad-norm", [](TrainOptions& o, const std::string& v) {
+      {"--eps",
+       [](TrainOptions& o, const std::string& v) { o.optimizer.eps = parse_real("--eps", v, Sign::Positive, "1e-8"); }},
+      {"--clip-grad-norm",
+       [](TrainOptions& o, const std::string& v) {
          o.optimizer.clip_grad_norm = parse_real("--clip-grad-norm", v, Sign::NonNegative, "1.0");
        }},
       {"--lr-schedule", [](TrainOptions& o, const std::string& v) { o.optimizer.schedule = parse_schedule(v); }},
-      {"--lr-step-epochs", [](TrainOptions& o, const std::string& v) {
+      {"--lr-step-epochs",
+       [](TrainOptions& o, const std::string& v) {
          o.optimizer.step_epochs = parse_whole("--lr-step-epochs", v, 1, "10");
        }},
-      {"--lr-gamma", [](TrainOptions& o, const std::string& v) {
+      {"--lr-gamma",
+       [](TrainOptions& o, const std::string& v) {
          o.optimizer.gamma = parse_real("--lr-gamma", v, Sign::NonNegative, "0.1");
        }},
-      {"--warmup-steps", [](TrainOptions& o, const std::string& v) {
+      {"--warmup-steps",
+       [](TrainOptions& o, const std::string& v) {
          o.optimizer.warmup_steps = parse_whole<int64_t>("--warmup-steps", v, 0, "100");
        }},
-      {"--accumulate", [](TrainOptions& o, const std::string& v) { o.accumulate = parse_whole("--accumulate", v, 1, "4"); }},
+      {"--accumulate",
+       [](TrainOptions& o, const std::string& v) { o.accumulate = parse_whole("--accumulate", v, 1, "4"); }},
       {"--seed", [](TrainOptions& o, const std::string& v) { o.seed = parse_whole<uint64_t>("--seed", v, 0, "0"); }},
       {"--snapshot-dir", [](TrainOptions& o, const std::string& v) { o.snapshot_dir = v; }},
       {"--snapshot-every-seconds",
@@ -141,16 +158,10 @@ const std::map<std::string, Setter>& value_options() {
       {"--output-script", [](TrainOptions& o, const std::string& v) { o.output_script = v; }},
       {"--backend", [](TrainOptions& o, const std::string& v) { o.backend = parse_backend(v, "--backend"); }},
       {"--timeout",
-       [](TrainOptions& o, const std::string& v) {
-         o.timeout_seconds = parse_real("--timeout", v, Sign::Positive, "1800");
-       }},
+       [](TrainOptions& o, const std::string& v) { o.timeout_seconds = positive("--timeout", v, "1800"); }},
       {"--bucket-cap-mb",
-       [](TrainOptions& o, const std::string& v) {
-         o.bucket_cap_mb = parse_real("--bucket-cap-mb", v, Sign::Positive, "25");
-       }},
-      {"--straggler-threshold", [](TrainOptions& o, const std::string& v) {
-         o.straggler_threshold_pct = parse_real("--straggler-threshold", v, Sign::Positive, "20");
-       }},
+       [](TrainOptions& o, const std::string& v) { o.bucket_cap_mb = positive("--bucket-cap-mb", v, "25"); }},
+      {"--straggler-threshold", [](TrainOptions& o, const std::string& v) { o.straggler_threshold_pct = percent(v); }},
   };
   return options;
 }
@@ -174,14 +185,16 @@ std::string script_path_for(const std::string& output) {
 
 void check_combination(TrainOptions& options, bool workload_given) {
   if (options.workload == WorkloadKind::FashionMnist && options.data.empty()) {
-    throw Error("--workload fashion-mnist needs --data DIR, a directory with train-images-idx3-ubyte and "
-                "train-labels-idx1-ubyte");
+    throw Error(
+        "--workload fashion-mnist needs --data DIR, a directory with train-images-idx3-ubyte and "
+        "train-labels-idx1-ubyte");
   }
   if (!options.model.empty() && workload_given) {
     throw Error("--model and --workload both name what to train; give one of them");
   }
   if (!options.model.empty() && options.data.empty()) {
-    throw Error("--model " + options.model + " needs --data FILE[,FILE...]: torch.save({\"x\": inputs, \"y\": targets}) "
+    throw Error("--model " + options.model +
+                " needs --data FILE[,FILE...]: torch.save({\"x\": inputs, \"y\": targets}) "
                 "files or directories holding x.npy and y.npy");
   }
   if (options.output.empty()) throw Error("--output '' names no file; e.g. --output finalmodel.pt");
@@ -306,8 +319,6 @@ const char* to_string(LossKind loss) {
   return "?";
 }
 
-const char* to_string(OptimizerKind optimizer) {
-  return optimizer == OptimizerKind::AdamW ? "adamw" : "sgd";
-}
+const char* to_string(OptimizerKind optimizer) { return optimizer == OptimizerKind::AdamW ? "adamw" : "sgd"; }
 
 }  // namespace ddp::runtime

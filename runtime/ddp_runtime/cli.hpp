@@ -45,8 +45,8 @@ struct TrainOptions {
   WorkloadKind workload = WorkloadKind::Seed;
   int width = 1024;
   int64_t samples = 2048;
-  std::string model;  // --model: a TorchScript file; the workload is then the model on --data
-  std::string data;   // fashion-mnist: a directory; --model: data files, comma-separated
+  std::string model;             // --model: a TorchScript file; the workload is then the model on --data
+  std::string data;              // fashion-mnist: a directory; --model: data files, comma-separated
   std::optional<LossKind> loss;  // default: the workload's (--model: cross-entropy for class labels, else mse)
   OptimizerOptions optimizer;
   int accumulate = 1;
@@ -57,9 +57,9 @@ struct TrainOptions {
   int keep = 3;
   std::string resume;  // a snapshot file to start from instead of the newest in snapshot_dir
   std::string output = "finalmodel.pt";
-  std::string output_script;  // --model: the trained TorchScript module (default: from --output, *.script.pt)
-  std::optional<Backend> backend;         // overrides DDP_BACKEND
-  double timeout_seconds = 1800.0;        // PyTorch's default process-group timeout
+  std::string output_script;        // --model: the trained TorchScript module (default: from --output, *.script.pt)
+  std::optional<Backend> backend;   // overrides DDP_BACKEND
+  double timeout_seconds = 1800.0;  // PyTorch's default process-group timeout
   double bucket_cap_mb = kBucketCapMb;
   double straggler_threshold_pct = 20.0;  // straggler.hpp: ranks slower than the median by more are named
   bool json = false;                      // rank 0 also prints each epoch's per-rank scores as a JSON line

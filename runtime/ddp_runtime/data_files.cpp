@@ -52,7 +52,8 @@ struct NpyHeader {
 std::string dict_entry(const std::string& header, const std::string& key, const std::string& path) {
   const std::size_t at = header.find("'" + key + "'");
   const std::size_t colon = at == std::string::npos ? at : header.find(':', at);
-  if (colon == std::string::npos) throw Error(path + " is not a .npy file numpy.save wrote: its header has no '" + key + "'");
+  if (colon == std::string::npos)
+    throw Error(path + " is not a .npy file numpy.save wrote: its header has no '" + key + "'");
   return header.substr(colon + 1);
 }
 
@@ -87,13 +88,14 @@ NpyHeader parse_npy_header(const std::string& header, const std::string& path) {
 at::ScalarType npy_type(const std::string& descr, const std::string& path) {
   static const std::vector<std::pair<std::string, at::ScalarType>> types = {
       {"f4", at::kFloat}, {"f8", at::kDouble}, {"f2", at::kHalf}, {"i8", at::kLong}, {"i4", at::kInt},
-      {"i2", at::kShort}, {"i1", at::kChar}, {"u1", at::kByte}, {"b1", at::kBool}};
+      {"i2", at::kShort}, {"i1", at::kChar},   {"u1", at::kByte}, {"b1", at::kBool}};
   const bool one_byte = descr.size() == 3 && descr[2] == '1';
   const bool little = !descr.empty() && (descr[0] == '<' || descr[0] == '=' || (descr[0] == '|' && one_byte));
   for (const auto& [code, type] : types) {
     if (little && descr.substr(1) == code) return type;
   }
-  throw Error(path + " holds numpy dtype '" + descr + "'; expected little-endian float32, float64, float16, int64, "
+  throw Error(path + " holds numpy dtype '" + descr +
+              "'; expected little-endian float32, float64, float16, int64, "
               "int32, int16, int8, uint8 or bool (numpy: array.astype('<f4'))");
 }
 
@@ -105,7 +107,8 @@ at::Tensor read_npy(const std::string& path) {
   }
   const std::size_t major = byte_at(6);
   const std::size_t length_bytes = major == 1 ? 2 : 4;
-  if (major < 1 || major > 3 || bytes.size < 8 + length_bytes) throw Error(path + " is a .npy file of unknown version " + std::to_string(major));
+  if (major < 1 || major > 3 || bytes.size < 8 + length_bytes)
+    throw Error(path + " is a .npy file of unknown version " + std::to_string(major));
   std::size_t header_length = 0;
   for (std::size_t i = 0; i < length_bytes; ++i) header_length |= byte_at(8 + i) << (8 * i);
   const std::size_t data_offset = 8 + length_bytes + header_length;
@@ -116,15 +119,17 @@ at::Tensor read_npy(const std::string& path) {
   if (header.shape.empty()) throw Error(path + " holds a single value; expected one row per sample");
   const auto item_size = static_cast<std::size_t>(c10::elementSize(type));
   unsigned __int128 needed = item_size;
-  for (const int64_t dim : header.shape) needed = std::min<unsigned __int128>(needed * static_cast<std::size_t>(dim), ~uint64_t{0});
+  for (const int64_t dim : header.shape)
+    needed = std::min<unsigned __int128>(needed * static_cast<std::size_t>(dim), ~uint64_t{0});
   if (needed > bytes.size - data_offset) {
-    throw Error(path + " is truncated: its header says shape " + shape_text(header.shape) + " of " + header.descr + " (" +
-                std::to_string(static_cast<uint64_t>(needed)) + " bytes of data), the file has " +
+    throw Error(path + " is truncated: its header says shape " + shape_text(header.shape) + " of " + header.descr +
+                " (" + std::to_string(static_cast<uint64_t>(needed)) + " bytes of data), the file has " +
                 std::to_string(bytes.size - data_offset));
   }
   if (needed == 0) return at::empty(header.shape, at::TensorOptions(type));
   auto* data = const_cast<char*>(bytes.data + data_offset);
-  at::Tensor mapped = at::from_blob(data, header.shape, [owner = bytes.owner](void*) {}, at::TensorOptions(type));
+  const auto keep_owner = [owner = bytes.owner](void*) {};
+  at::Tensor mapped = at::from_blob(data, header.shape, keep_owner, at::TensorOptions(type));
   // numpy aligns the data to 64 bytes; a file that does not is read by copying.
   return reinterpret_cast<std::uintptr_t>(data) % item_size == 0 ? mapped : mapped.clone();
 }
@@ -135,7 +140,8 @@ Shard npy_shard(const std::string& dir) {
   for (const std::string* path : {&shard.x_where, &shard.y_where}) {
     struct stat info;
     if (stat(path->c_str(), &info) != 0) {
-      throw Error("--data " + dir + " is a directory without " + *path + "; a directory shard holds x.npy (inputs) and y.npy "
+      throw Error("--data " + dir + " is a directory without " + *path +
+                  "; a directory shard holds x.npy (inputs) and y.npy "
                   "(targets) written by numpy.save");
     }
   }
@@ -173,7 +179,8 @@ Shard torch_shard(const std::string& path) {
 
 void check_shard(const Shard& shard) {
   if (shard.x.dim() == 0 || shard.y.dim() == 0) {
-    throw Error((shard.x.dim() == 0 ? shard.x_where : shard.y_where) + " is a single value; expected one row per sample");
+    throw Error((shard.x.dim() == 0 ? shard.x_where : shard.y_where) +
+                " is a single value; expected one row per sample");
   }
   if (shard.x.size(0) != shard.y.size(0)) {
     throw Error(shard.x_where + " has " + std::to_string(shard.x.size(0)) + " samples but " + shard.y_where + " has " +
@@ -189,11 +196,12 @@ void check_shard(const Shard& shard) {
   }
 }
 
-void check_like(const at::Tensor& tensor, const std::string& where, const at::Tensor& first, const std::string& first_where) {
+void check_like(const at::Tensor& tensor, const std::string& where, const at::Tensor& first,
+                const std::string& first_where) {
   if (tensor.sizes().slice(1) != first.sizes().slice(1) || tensor.scalar_type() != first.scalar_type()) {
-    throw Error(where + " holds samples of " + shape_text(tensor.sizes().slice(1)) + " " + c10::toString(tensor.scalar_type()) +
-                ", expected " + shape_text(first.sizes().slice(1)) + " " + c10::toString(first.scalar_type()) + " like " +
-                first_where);
+    throw Error(where + " holds samples of " + shape_text(tensor.sizes().slice(1)) + " " +
+                c10::toString(tensor.scalar_type()) + ", expected " + shape_text(first.sizes().slice(1)) + " " +
+                c10::toString(first.scalar_type()) + " like " + first_where);
   }
 }
 
@@ -217,7 +225,8 @@ class FileDataset : public Dataset {
     std::vector<std::vector<int64_t>> places(shards_.size());
     std::vector<std::vector<int64_t>> local(shards_.size());
     for (int64_t i = 0; i < wanted.numel(); ++i) {
-      const auto s = static_cast<std::size_t>(std::upper_bound(starts_.begin(), starts_.end(), index[i]) - starts_.begin() - 1);
+      const auto s =
+          static_cast<std::size_t>(std::upper_bound(starts_.begin(), starts_.end(), index[i]) - starts_.begin() - 1);
       places[s].push_back(i);
       local[s].push_back(index[i] - starts_[s]);
     }
@@ -239,8 +248,9 @@ class FileDataset : public Dataset {
       const int64_t low = shard.y.min().item<int64_t>();
       const int64_t high = shard.y.max().item<int64_t>();
       if (low < 0 || high >= classes) {
-        throw Error(shard.y_where + " holds the class index " + std::to_string(low < 0 ? low : high) + ", but the model " +
-                    "outputs " + std::to_string(classes) + " classes; expected indices 0 to " + std::to_string(classes - 1));
+        throw Error(shard.y_where + " holds the class index " + std::to_string(low < 0 ? low : high) +
+                    ", but the model " + "outputs " + std::to_string(classes) + " classes; expected indices 0 to " +
+                    std::to_string(classes - 1));
       }
     }
   }

@@ -55,8 +55,11 @@ DistributedModel::DistributedModel(const NamedTensors& parameters, std::vector<a
   std::reverse(buckets.begin(), buckets.end());
   std::reverse(limits.begin(), limits.end());
   bucket_count_ = buckets.size();
-  compat::ReducerConfig config{std::move(buckets), std::move(limits), options.bucket_bytes_cap,
-                               options.first_bucket_bytes_cap, options.gradient_as_bucket_view,
+  compat::ReducerConfig config{std::move(buckets),
+                               std::move(limits),
+                               options.bucket_bytes_cap,
+                               options.first_bucket_bytes_cap,
+                               options.gradient_as_bucket_view,
                                std::move(names)};
   reducer_ = compat::make_reducer(params, std::move(config), group_);
 }

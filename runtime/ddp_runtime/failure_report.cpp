@@ -51,16 +51,15 @@ std::string rank_number(const EnvLookup& env) {
 
 std::string error_report_json(const std::string& message, int exit_status, const EnvLookup& env, double time) {
   return "{\"message\": {\"message\": " + json_string(message) + ", \"errorCode\": " + std::to_string(exit_status) +
-         ", \"extraInfo\": {\"timestamp\": \"" + std::to_string(static_cast<long long>(time)) + "\", \"run_id\": " +
-         json_string(env("TORCHELASTIC_RUN_ID").value_or("")) + ", \"rank\": " + rank_number(env) +
+         ", \"extraInfo\": {\"timestamp\": \"" + std::to_string(static_cast<long long>(time)) +
+         "\", \"run_id\": " + json_string(env("TORCHELASTIC_RUN_ID").value_or("")) + ", \"rank\": " + rank_number(env) +
          ", \"hostname\": " + json_string(this_host()) + ", \"program\": \"ddp-train\"}}}\n";
 }
 
 bool write_error_report(const std::string& message, int exit_status, const EnvLookup& env, std::string* why) {
   const auto path = env("TORCHELASTIC_ERROR_FILE");
   if (!path || path->empty()) return true;
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const std::string text = error_report_json(message, exit_status, env, now);
   const std::string temporary = *path + ".tmp." + std::to_string(getpid());
   const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);

@@ -38,7 +38,7 @@ IdxArray read_idx_file(const std::string& path) {
   const std::string fix = "; --data must hold the uncompressed IDX files";
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd) throw Error("cannot open " + path + ": " + std::strerror(errno) + fix);
-  struct stat info {};
+  struct stat info = {};
   if (fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) throw Error(path + " is not a regular file" + fix);
   const auto file_size = static_cast<uint64_t>(info.st_size);
   unsigned char header[4 + 4 * 4] = {};

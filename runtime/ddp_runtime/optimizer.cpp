@@ -1,7 +1,8 @@
 #include "ddp_runtime/optimizer.hpp"
 
-#include <ATen/ops/scalar_tensor.h>
 #include <torch/types.h>  // clip_grad.h uses it without including it
+
+#include <ATen/ops/scalar_tensor.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
@@ -15,10 +16,12 @@
 namespace ddp::runtime {
 namespace {
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params, const OptimizerOptions& o) {
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor>& params,
+                                                        const OptimizerOptions& o) {
   if (o.kind == OptimizerKind::AdamW) {
     return std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(o.lr).betas(std::make_tuple(o.beta1, o.beta2)).eps(o.eps).weight_decay(o.decay()));
+        params,
+        torch::optim::AdamWOptions(o.lr).betas(std::make_tuple(o.beta1, o.beta2)).eps(o.eps).weight_decay(o.decay()));
   }
   return std::make_unique<torch::optim::SGD>(
       params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.decay()));
@@ -32,10 +35,12 @@ const at::Tensor* find(const NamedTensors& tensors, const std::string& name) {
 }
 
 // A saved tensor for `param`: same shape, on its device, a copy of its own (the saved one may alias a file).
-at::Tensor restored(const NamedTensors& saved, const std::string& name, const at::Tensor& param, const std::string& source) {
+at::Tensor restored(const NamedTensors& saved, const std::string& name, const at::Tensor& param,
+                    const std::string& source) {
   const at::Tensor* tensor = find(saved, name);
   if (tensor == nullptr || !tensor->defined() || tensor->sizes() != param.sizes()) {
-    throw Error(source + ": the optimizer state has no " + name + " of the parameter's shape; resume with the model "
+    throw Error(source + ": the optimizer state has no " + name +
+                " of the parameter's shape; resume with the model "
                 "it was written with, or use another --snapshot-dir");
   }
   return tensor->to(param.device(), param.scalar_type()).clone();
@@ -49,8 +54,8 @@ double scheduled_lr(const OptimizerOptions& o, int64_t step, int64_t epoch, int6
     case LrSchedule::Step: return o.lr * std::pow(o.gamma, static_cast<double>(epoch / o.step_epochs));
     case LrSchedule::Cosine: {
       if (step < o.warmup_steps) return o.lr * static_cast<double>(step) / static_cast<double>(o.warmup_steps);
-      const double progress =
-          static_cast<double>(step - o.warmup_steps) / static_cast<double>(std::max<int64_t>(1, total_steps - o.warmup_steps));
+      const double progress = static_cast<double>(step - o.warmup_steps) /
+                              static_cast<double>(std::max<int64_t>(1, total_steps - o.warmup_steps));
       return o.lr * std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
     }
   }
@@ -106,8 +111,9 @@ void Optimizer::load(const OptimizerState& saved, const std::string& source) {
                 ", or use another --snapshot-dir");
   }
   if (saved.per_param.size() != params_.size()) {
-    throw Error(source + " holds optimizer state for " + std::to_string(saved.per_param.size()) + " parameters, the model has " +
-                std::to_string(params_.size()) + "; resume with the model it was written with, or use another --snapshot-dir");
+    throw Error(source + " holds optimizer state for " + std::to_string(saved.per_param.size()) +
+                " parameters, the model has " + std::to_string(params_.size()) +
+                "; resume with the model it was written with, or use another --snapshot-dir");
   }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const NamedTensors& entry = saved.per_param[i];
@@ -120,7 +126,8 @@ void Optimizer::load(const OptimizerState& saved, const std::string& source) {
       continue;
     }
     const at::Tensor* step = find(entry, "step");
-    if (step == nullptr || step->numel() != 1) throw Error(source + ": the AdamW state of a parameter has no step count");
+    if (step == nullptr || step->numel() != 1)
+      throw Error(source + ": the AdamW state of a parameter has no step count");
     auto state = std::make_unique<torch::optim::AdamWParamState>();
     state->step(static_cast<int64_t>(std::llround(step->item<double>())));
     state->exp_avg(restored(entry, "exp_avg", param, source));

@@ -27,8 +27,8 @@ constexpr milliseconds kVerdictRead{1000};
 constexpr std::size_t kNamedAtMost = 16;
 
 // What Gloo, NCCL and c10d say when a collective failed because of a peer.
-constexpr const char* kPeerFailures[] = {"timed out", "connection closed by peer", "connection reset by peer",
-                                         "broken pipe", "communicator was aborted", "operation timeout"};
+constexpr const char* kPeerFailures[] = {"timed out",   "connection closed by peer", "connection reset by peer",
+                                         "broken pipe", "communicator was aborted",  "operation timeout"};
 
 std::string lower(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -90,9 +90,11 @@ void run_check(const Launch& launch, const std::vector<RankIdentity>& ranks, mil
       if (answered < launch.world_size) verdict = name_missing(launch, ranks, *store);
       store->set(kPrefix + "verdict", bytes("=" + verdict));
       const auto read_by = Clock::now() + kVerdictRead;
-      while (store->add(kPrefix + "read", 0) < answered - 1 && Clock::now() < read_by) std::this_thread::sleep_for(kPoll);
+      while (store->add(kPrefix + "read", 0) < answered - 1 && Clock::now() < read_by)
+        std::this_thread::sleep_for(kPoll);
     } else {
-      while (!store->check({kPrefix + "verdict"}) && Clock::now() < deadline + window) std::this_thread::sleep_for(kPoll);
+      while (!store->check({kPrefix + "verdict"}) && Clock::now() < deadline + window)
+        std::this_thread::sleep_for(kPoll);
       if (!store->check({kPrefix + "verdict"})) throw std::runtime_error("no verdict");
       const std::vector<uint8_t> text = store->get(kPrefix + "verdict");
       store->add(kPrefix + "read", 1);
@@ -135,8 +137,7 @@ std::string explain_peer_failure(const Launch& launch, const std::string& backen
            (finished ? outcome->failure : "no answer at all") + ")";
   }
   if (outcome->verdict.empty()) return error;
-  const std::string verdict = outcome->verdict + " within " + seconds_text(window) + cause +
-                              ": stopped, hung or gone";
+  const std::string verdict = outcome->verdict + " within " + seconds_text(window) + cause + ": stopped, hung or gone";
   return launch.rank == 0 ? verdict : "rank " + std::to_string(launch.rank) + ": rank 0 found that " + verdict;
 }
 

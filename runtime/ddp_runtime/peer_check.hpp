@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "launch.hpp"
 #include "ddp_runtime/rank_identity.hpp"
+#include "launch.hpp"
 
 namespace ddp::runtime {
 

@@ -46,12 +46,19 @@ struct Item {
 
 // Python's storage classes name the element type of a tensor's storage.
 const std::map<std::string, at::ScalarType>& storage_types() {
-  static const std::map<std::string, at::ScalarType> types = {
-      {"FloatStorage", at::kFloat},   {"DoubleStorage", at::kDouble}, {"HalfStorage", at::kHalf},
-      {"BFloat16Storage", at::kBFloat16}, {"LongStorage", at::kLong}, {"IntStorage", at::kInt},
-      {"ShortStorage", at::kShort},   {"CharStorage", at::kChar},     {"ByteStorage", at::kByte},
-      {"BoolStorage", at::kBool},     {"ComplexFloatStorage", at::kComplexFloat},
-      {"ComplexDoubleStorage", at::kComplexDouble}, {"UntypedStorage", at::kByte}};
+  static const std::map<std::string, at::ScalarType> types = {{"FloatStorage", at::kFloat},
+                                                              {"DoubleStorage", at::kDouble},
+                                                              {"HalfStorage", at::kHalf},
+                                                              {"BFloat16Storage", at::kBFloat16},
+                                                              {"LongStorage", at::kLong},
+                                                              {"IntStorage", at::kInt},
+                                                              {"ShortStorage", at::kShort},
+                                                              {"CharStorage", at::kChar},
+                                                              {"ByteStorage", at::kByte},
+                                                              {"BoolStorage", at::kBool},
+                                                              {"ComplexFloatStorage", at::kComplexFloat},
+                                                              {"ComplexDoubleStorage", at::kComplexDouble},
+                                                              {"UntypedStorage", at::kByte}};
   return types;
 }
 
@@ -67,13 +74,15 @@ using StorageLoader = std::function<at::Tensor(const std::string& key, at::Scala
 // Python's pickle machine for the opcodes of protocols 2 to 4 that torch.save's data.pkl can hold.
 class Unpickler {
  public:
-  Unpickler(std::string_view pickle, StorageLoader load_storage) : in_(pickle), load_storage_(std::move(load_storage)) {}
+  Unpickler(std::string_view pickle, StorageLoader load_storage)
+      : in_(pickle), load_storage_(std::move(load_storage)) {}
 
   c10::IValue run() {
     while (true) {
       if (step()) break;
     }
-    if (stack_.size() != 1 || !marks_.empty()) fail("its pickle ends with " + std::to_string(stack_.size()) + " values");
+    if (stack_.size() != 1 || !marks_.empty())
+      fail("its pickle ends with " + std::to_string(stack_.size()) + " values");
     return value(stack_.back());
   }
 
@@ -140,7 +149,8 @@ class Unpickler {
     return target.toGenericDict();
   }
   static void set_item(c10::impl::GenericDict& dict, const c10::IValue& key, const c10::IValue& value) {
-    if (!key.isString() && !key.isInt()) fail("it has a dict key of type " + key.tagKind() + "; keys must be str or int");
+    if (!key.isString() && !key.isInt())
+      fail("it has a dict key of type " + key.tagKind() + "; keys must be str or int");
     dict.insert_or_assign(key, value);
   }
   static c10::IValue tuple(std::vector<c10::IValue> values) { return c10::ivalue::Tuple::create(std::move(values)); }
@@ -160,22 +170,22 @@ class Unpickler {
   bool step() {
     const uint8_t op = byte();
     switch (op) {
-      case 0x80: byte(); break;  // PROTO
-      case 0x95: little(8); break;  // FRAME
-      case '.': return true;  // STOP
+      case 0x80: byte(); break;                          // PROTO
+      case 0x95: little(8); break;                       // FRAME
+      case '.': return true;                             // STOP
       case '(': marks_.push_back(stack_.size()); break;  // MARK
-      case '0': pop(); break;  // POP
-      case '1': pop_to_mark(); break;  // POP_MARK
-      case '2': stack_.push_back(top()); break;  // DUP
+      case '0': pop(); break;                            // POP
+      case '1': pop_to_mark(); break;                    // POP_MARK
+      case '2': stack_.push_back(top()); break;          // DUP
       case 'N': push(c10::IValue()); break;
       case 0x88: push(true); break;
       case 0x89: push(false); break;
       case 'J': push(int64_t{static_cast<int32_t>(little(4))}); break;  // BININT
-      case 'K': push(int64_t(little(1))); break;  // BININT1
-      case 'M': push(int64_t(little(2))); break;  // BININT2
+      case 'K': push(int64_t(little(1))); break;                        // BININT1
+      case 'M': push(int64_t(little(2))); break;                        // BININT2
       case 0x8a: push(long1()); break;
       case 'G': push(binfloat()); break;
-      case 'X': push(take(little(4))); break;  // BINUNICODE
+      case 'X': push(take(little(4))); break;   // BINUNICODE
       case 0x8c: push(take(little(1))); break;  // SHORT_BINUNICODE
       case 0x8d: push(take(little(8))); break;  // BINUNICODE8
       case ')': push(tuple({})); break;
@@ -216,12 +226,12 @@ class Unpickler {
         c10::impl::GenericDict dict = dict_on_top();
         set_items(dict, values);
       } break;
-      case 'q': memo_put(little(1)); break;  // BINPUT
-      case 'r': memo_put(little(4)); break;  // LONG_BINPUT
+      case 'q': memo_put(little(1)); break;      // BINPUT
+      case 'r': memo_put(little(4)); break;      // LONG_BINPUT
       case 0x94: memo_put(memo_.size()); break;  // MEMOIZE
-      case 'h': memo_get(little(1)); break;  // BINGET
-      case 'j': memo_get(little(4)); break;  // LONG_BINGET
-      case 'c': {  // GLOBAL
+      case 'h': memo_get(little(1)); break;      // BINGET
+      case 'j': memo_get(little(4)); break;      // LONG_BINGET
+      case 'c': {                                // GLOBAL
         const std::string module = line();
         stack_.push_back(global(module, line()));
       } break;
@@ -288,7 +298,8 @@ class Unpickler {
       fail("it holds a TorchScript object (" + item.name + "), not tensors saved by torch.save");
     } else {
       fail("it holds the Python global " + item.name +
-           "; only tensors, dicts, lists, tuples, numbers and strings are read (what torch.load(weights_only=True) reads)");
+           "; only tensors, dicts, lists, tuples, numbers and strings are read (what torch.load(weights_only=True) "
+           "reads)");
     }
     return item;
   }
@@ -307,7 +318,8 @@ class Unpickler {
       case Callable::RebuildParameter:
       case Callable::FirstArgument:
         if (a.size() < 1) fail("it calls " + function.name + " without arguments");
-        if (function.callable == Callable::RebuildParameter && !a[0].isTensor()) fail("it builds a parameter from a non-tensor");
+        if (function.callable == Callable::RebuildParameter && !a[0].isTensor())
+          fail("it builds a parameter from a non-tensor");
         return a[0];
       case Callable::None: break;
     }
@@ -325,8 +337,8 @@ class Unpickler {
   }
 
   // The tensor must lie inside its storage: a damaged file may claim otherwise.
-  static c10::IValue rebuild_tensor(const c10::IValue& storage, const c10::IValue& offset_value, const c10::IValue& size_value,
-                                    const c10::IValue& stride_value) {
+  static c10::IValue rebuild_tensor(const c10::IValue& storage, const c10::IValue& offset_value,
+                                    const c10::IValue& size_value, const c10::IValue& stride_value) {
     if (!storage.isTensor() || !offset_value.isInt()) fail("it rebuilds a tensor from something other than a storage");
     const at::Tensor& base = storage.toTensor();
     const std::vector<int64_t> sizes = int_tuple(size_value, "size");
@@ -385,8 +397,9 @@ bool stored_uncompressed(const ByteView& bytes, std::size_t data_offset) {
 
 at::DataPtr alias(const ByteView& bytes, std::size_t offset) {
   auto* owner = new std::shared_ptr<const void>(bytes.owner);
-  return at::DataPtr(const_cast<char*>(bytes.data + offset), owner,
-                     [](void* context) { delete static_cast<std::shared_ptr<const void>*>(context); }, at::kCPU);
+  return at::DataPtr(
+      const_cast<char*>(bytes.data + offset), owner,
+      [](void* context) { delete static_cast<std::shared_ptr<const void>*>(context); }, at::kCPU);
 }
 
 at::Tensor load_storage(caffe2::serialize::PyTorchStreamReader& reader, const ByteView& bytes, const std::string& key,
@@ -419,14 +432,16 @@ at::Tensor load_storage(caffe2::serialize::PyTorchStreamReader& reader, const By
 
 c10::IValue read_torch_save(const ByteView& bytes) {
   if (bytes.size >= 2 && static_cast<uint8_t>(bytes.data[0]) == 0x80 && bytes.data[1] == 2) {
-    fail("it is in torch.save's legacy format (_use_new_zipfile_serialization=False); save it again with torch.save's "
-         "default");
+    fail(
+        "it is in torch.save's legacy format (_use_new_zipfile_serialization=False); save it again with torch.save's "
+        "default");
   }
   try {
     caffe2::serialize::PyTorchStreamReader reader(std::make_shared<ViewAdapter>(bytes));
     if (reader.hasRecord("byteorder")) {
       const auto [order, size] = reader.getRecord("byteorder");
-      if (std::string(static_cast<const char*>(order.get()), size) != "little") fail("it was saved on a big-endian machine");
+      if (std::string(static_cast<const char*>(order.get()), size) != "little")
+        fail("it was saved on a big-endian machine");
     }
     if (!reader.hasRecord("data.pkl")) fail("it has no data.pkl, so torch.save did not write it");
     const auto [pickle, size] = reader.getRecord("data.pkl");

@@ -1,10 +1,10 @@
 #include "ddp_runtime/process_group.hpp"
 
 #include <c10/util/hash.h>
+#include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/cuda.h>
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -59,8 +59,8 @@ std::string store_proof(const Launch& launch) {
 
 std::string port_advice(const Launch& launch) {
   return "; choose another port (srun --ddp-port=N, or MASTER_PORT), or ask your admin to reserve ports for steps "
-         "(MpiParams=ports in slurm.conf); port " + std::to_string(launch.master_port) + " on " + launch.master_addr +
-         " is held by another program";
+         "(MpiParams=ports in slurm.conf); port " +
+         std::to_string(launch.master_port) + " on " + launch.master_addr + " is held by another program";
 }
 
 std::runtime_error unreachable(const Launch& launch, std::chrono::milliseconds timeout, const std::string& why) {
@@ -94,7 +94,7 @@ void wait_for_listener(const Launch& launch, std::chrono::milliseconds timeout) 
         pollfd writable{fd, POLLOUT, 0};
         socklen_t length = sizeof error;
         error = poll(&writable, 1, 1000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 ? error
-                                                                                                             : ETIMEDOUT;
+                                                                                                            : ETIMEDOUT;
       }
       close(fd);
       if (error == 0) return;

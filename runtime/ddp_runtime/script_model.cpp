@@ -19,7 +19,8 @@
 namespace ddp::runtime {
 namespace {
 
-const char kSaveHint[] = "save the model with torch.jit.script(model).save(path) or torch.jit.trace(model, example).save(path)";
+const char kSaveHint[] =
+    "save the model with torch.jit.script(model).save(path) or torch.jit.trace(model, example).save(path)";
 
 // Module::save writes to a stream; this one goes straight into the atomic file.
 class FileBuffer : public std::streambuf {
@@ -96,7 +97,8 @@ void check_forward(const torch::jit::Module& module, const std::string& path) {
   if (!fits) {
     std::ostringstream signature;
     signature << schema;
-    throw Error(path + ": its forward is " + signature.str() + "; ddp-train calls forward with one tensor (a batch of "
+    throw Error(path + ": its forward is " + signature.str() +
+                "; ddp-train calls forward with one tensor (a batch of "
                 "inputs) and needs one tensor back");
   }
 }

@@ -170,7 +170,8 @@ double number(const c10::IValue& value, const std::string& what, const std::stri
 OptimizerState optimizer_from(const GenericDict& optimizer, const std::string& path) {
   const auto groups = entry(optimizer, "param_groups", path).toList();
   if (groups.size() != 1) {
-    throw SnapshotCorrupt(path + ": the optimizer has " + std::to_string(groups.size()) + " param groups; ddp-train uses one");
+    throw SnapshotCorrupt(path + ": the optimizer has " + std::to_string(groups.size()) +
+                          " param groups; ddp-train uses one");
   }
   const GenericDict group = groups.get(0).toGenericDict();
   OptimizerState o;
@@ -192,7 +193,8 @@ OptimizerState optimizer_from(const GenericDict& optimizer, const std::string& p
   o.per_param.resize(params.size());
   for (const auto& item : entry(optimizer, "state", path).toGenericDict()) {
     std::size_t p = 0;
-    while (p < params.size() && !(params.get(p).isInt() && item.key().isInt() && params.get(p).toInt() == item.key().toInt())) {
+    while (p < params.size() &&
+           !(params.get(p).isInt() && item.key().isInt() && params.get(p).toInt() == item.key().toInt())) {
       ++p;
     }
     if (p == params.size()) throw SnapshotCorrupt(path + ": optimizer state for a parameter not in its param group");
@@ -227,7 +229,8 @@ SnapshotContent from_dict(const GenericDict& dict, const std::string& path) {
   c.from_python = !dict.contains("FORMAT");
   if (c.from_python) {
     // A run that Python continued: what it saved of ours is used, the rest starts afresh.
-    if (dict.contains("OPTIMIZER_STATE")) c.optimizer = optimizer_from(dict.at("OPTIMIZER_STATE").toGenericDict(), path);
+    if (dict.contains("OPTIMIZER_STATE"))
+      c.optimizer = optimizer_from(dict.at("OPTIMIZER_STATE").toGenericDict(), path);
     if (dict.contains("RNG_STATE")) c.rng_state = dict.at("RNG_STATE").toTensor();
     if (dict.contains("GLOBAL_STEP") && dict.contains("SAMPLER")) read_progress(dict, path, c);
     return c;
@@ -279,7 +282,8 @@ void stage(SnapshotContent& staged, const SnapshotContent& live) {
   if (!live.optimizer) {
     staged.optimizer.reset();
   } else {
-    std::vector<NamedTensors> slots = staged.optimizer ? std::move(staged.optimizer->per_param) : std::vector<NamedTensors>();
+    std::vector<NamedTensors> slots =
+        staged.optimizer ? std::move(staged.optimizer->per_param) : std::vector<NamedTensors>();
     staged.optimizer = *live.optimizer;
     slots.resize(live.optimizer->per_param.size());
     for (std::size_t i = 0; i < slots.size(); ++i) stage(slots[i], live.optimizer->per_param[i]);
@@ -326,7 +330,8 @@ std::string model_fingerprint(const NamedTensors& model_state) {
 
 void write_model_file(const std::string& path, const NamedTensors& model_state) {
   AtomicFile file(path);  // mode 0600: the weights are the user's
-  compat::write_pickle_archive(tensor_dict(model_state), [&](const void* data, std::size_t size) { file.write(data, size); });
+  compat::write_pickle_archive(tensor_dict(model_state),
+                               [&](const void* data, std::size_t size) { file.write(data, size); });
   file.commit();
 }
 
@@ -379,8 +384,9 @@ std::string SnapshotStore::write(const SnapshotContent& content) {
   file.commit();
   // Written again at the same step (a stop request right after a snapshot): one entry.
   kept_.erase(std::remove_if(kept_.begin(), kept_.end(),
-                             [&](const Kept& k) { return k.name.global_step == name.global_step &&
-                                                         k.name.epochs_run == name.epochs_run; }),
+                             [&](const Kept& k) {
+                               return k.name.global_step == name.global_step && k.name.epochs_run == name.epochs_run;
+                             }),
               kept_.end());
   kept_.insert(kept_.begin(), {name, true});
   prune();
@@ -465,7 +471,8 @@ void SnapshotStore::check_failures() {
   std::lock_guard<std::mutex> lock(failure_mutex_);
   if (failures_in_a_row_ < kMaxFailedSnapshots) return;
   throw std::runtime_error(std::to_string(failures_in_a_row_) + " snapshots in a row could not be written to " + dir() +
-                           " (last: " + last_failure_ + "); stopping before more training is lost: fix the file "
+                           " (last: " + last_failure_ +
+                           "); stopping before more training is lost: fix the file "
                            "system or free space, then run the same command to resume from the last snapshot");
 }
 

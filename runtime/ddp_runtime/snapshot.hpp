@@ -146,9 +146,9 @@ class SnapshotStore {
     SnapshotName name;
     bool verified = false;  // written by this process or read back whole
   };
-  std::vector<Kept> kept_;  // this run's snapshots, newest first
+  std::vector<Kept> kept_;                         // this run's snapshots, newest first
   int record_failure(const std::string& failure);  // "" for a success; returns the failures in a row
-  std::mutex failure_mutex_;  // the writer thread records, the training thread checks
+  std::mutex failure_mutex_;                       // the writer thread records, the training thread checks
   int failures_in_a_row_ = 0;
   std::string last_failure_;
   SnapshotContent staging_;

@@ -47,7 +47,8 @@ std::string random_hex(std::size_t bytes) {
   while (got < bytes) {
     const ssize_t n = getrandom(random + got, bytes - got, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw std::runtime_error(std::string("no random bytes for a temporary file name: ") + std::strerror(errno));
+    if (n <= 0)
+      throw std::runtime_error(std::string("no random bytes for a temporary file name: ") + std::strerror(errno));
     got += static_cast<std::size_t>(n);
   }
   static const char kDigits[] = "0123456789abcdef";
@@ -63,14 +64,17 @@ bool same_file(const struct stat& a, const struct stat& b) { return a.st_dev == 
 
 // The file under `name` in dir is the one open as fd (nobody renamed or replaced it).
 bool still_named(int dir_fd, const std::string& name, int fd) {
-  struct stat named {}, open {};
+  struct stat named = {};
+  struct stat open = {};
   return fstatat(dir_fd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && fstat(fd, &open) == 0 &&
          same_file(named, open);
 }
 
 // Locks are how writers tell cleaners they are alive; file systems without them (some Lustre mounts) report
 // one of these, and then nothing is ever removed as stale.
-bool locks_unsupported(int error) { return error == ENOLCK || error == EOPNOTSUPP || error == ENOSYS || error == EINVAL; }
+bool locks_unsupported(int error) {
+  return error == ENOLCK || error == EOPNOTSUPP || error == ENOSYS || error == EINVAL;
+}
 
 void fsync_dir(int dir_fd, const std::string& dir) {
   if (fsync(dir_fd) != 0) throw std::runtime_error(system_error("cannot fsync directory", dir));
@@ -113,7 +117,8 @@ Directory find_directory(uint64_t file_size, const ReadAt& read_at) {
   read_at(file_size - window, tail.data(), tail.size());
   for (std::size_t at = tail.size() - kEndOfDirectorySize + 1; at-- > 0;) {
     const unsigned char* e = tail.data() + at;
-    if (little_endian(e, 4) != kEndOfDirectory || at + kEndOfDirectorySize + little_endian(e + 20, 2) != tail.size()) continue;
+    if (little_endian(e, 4) != kEndOfDirectory || at + kEndOfDirectorySize + little_endian(e + 20, 2) != tail.size())
+      continue;
     Directory d;
     d.end = file_size - window + at;
     d.entries = little_endian(e + 10, 2);
@@ -138,7 +143,8 @@ Directory find_directory(uint64_t file_size, const ReadAt& read_at) {
       d.end = record;
     }
     if (d.offset > d.end || d.size > d.end - d.offset) bad_zip("its directory lies outside the file");
-    if (d.entries > kMaxRecords || d.entries > d.size / kDirectoryEntrySize) bad_zip("its directory lists too many records");
+    if (d.entries > kMaxRecords || d.entries > d.size / kDirectoryEntrySize)
+      bad_zip("its directory lists too many records");
     return d;
   }
   bad_zip("no zip directory at its end (truncated?)");
@@ -171,7 +177,8 @@ void apply_zip64_extra(const unsigned char* extra, std::size_t length, uint64_t&
 bool is_valid_run_id(const std::string& run_id) {
   if (run_id.empty() || run_id.size() > kMaxRunIdLength || run_id[0] == '.') return false;
   return std::all_of(run_id.begin(), run_id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
   });
 }
 
@@ -194,8 +201,10 @@ std::optional<SnapshotName> parse_snapshot_file_name(const std::string& file_nam
       file_name.compare(file_name.size() - 3, 3, ".pt") != 0) {
     return std::nullopt;
   }
-  name.run_id = file_name.substr(static_cast<std::size_t>(consumed), file_name.size() - 3 - static_cast<std::size_t>(consumed));
-  if (name.epochs_run < 0 || name.global_step < 0 || !is_valid_run_id(name.run_id) || file_name != snapshot_file_name(name)) {
+  name.run_id =
+      file_name.substr(static_cast<std::size_t>(consumed), file_name.size() - 3 - static_cast<std::size_t>(consumed));
+  if (name.epochs_run < 0 || name.global_step < 0 || !is_valid_run_id(name.run_id) ||
+      file_name != snapshot_file_name(name)) {
     return std::nullopt;
   }
   return name;
@@ -209,7 +218,7 @@ std::vector<ZipRecord> read_zip_directory(uint64_t file_size, const ReadAt& read
   read_at(d.offset, listing.data(), listing.size());
   std::vector<ZipRecord> records;
   std::vector<std::pair<uint64_t, uint64_t>> extents;  // [local header, end of data) of each record
-  for (std::size_t at = 0; records.size() < d.entries; ) {
+  for (std::size_t at = 0; records.size() < d.entries;) {
     if (listing.size() - at < kDirectoryEntrySize) bad_zip("its directory is cut");
     const unsigned char* e = listing.data() + at;
     if (little_endian(e, 4) != kDirectoryEntry) bad_zip("its directory holds something else");
@@ -247,7 +256,7 @@ std::vector<ZipRecord> read_zip_directory(uint64_t file_size, const ReadAt& read
 }
 
 SnapshotFile::SnapshotFile(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {
-  struct stat info {};
+  struct stat info = {};
   if (fstat(fd_.get(), &info) != 0) throw SnapshotCorrupt(system_error("cannot examine", path_));
   if (!S_ISREG(info.st_mode)) {
     throw SnapshotCorrupt(path_ + " is not a regular file (a FIFO, a device or a socket); name a snapshot file");
@@ -280,7 +289,8 @@ SnapshotFile SnapshotFile::open_in(int dir_fd, const std::string& dir, const std
 std::size_t SnapshotFile::read_some(uint64_t offset, void* buffer, std::size_t n) const {
   std::size_t done = 0;
   while (done < n) {
-    const ssize_t got = pread(fd_.get(), static_cast<char*>(buffer) + done, n - done, static_cast<off_t>(offset + done));
+    const ssize_t got =
+        pread(fd_.get(), static_cast<char*>(buffer) + done, n - done, static_cast<off_t>(offset + done));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
     done += static_cast<std::size_t>(got);
@@ -373,8 +383,8 @@ void SnapshotFiles::probe() const {
                 "; free space, fix the file system or pass another --snapshot-dir (or DDP_SNAPSHOT_DIR)");
   }
   if (unlinkat(dir_.fd(), name.c_str(), 0) != 0) {
-    throw Error("snapshot directory " + quote(dir()) + " cannot hold a snapshot: " +
-                system_error("cannot remove", join_path(dir(), name)) +
+    throw Error("snapshot directory " + quote(dir()) +
+                " cannot hold a snapshot: " + system_error("cannot remove", join_path(dir(), name)) +
                 "; pass another --snapshot-dir (or DDP_SNAPSHOT_DIR)");
   }
 }
@@ -401,7 +411,7 @@ void SnapshotFiles::remove_stale_temporaries() const {
     const auto snapshot = parse_snapshot_file_name(name.substr(1, marker - 1));
     if (!snapshot || snapshot->run_id != run_id_) continue;
     UniqueFd fd(openat(dir_.fd(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
-    struct stat info {};
+    struct stat info = {};
     if (!fd || fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
     // A writer holds its temporary locked until the rename; one that can be locked belongs to a dead writer.
     if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
@@ -409,7 +419,9 @@ void SnapshotFiles::remove_stale_temporaries() const {
   }
 }
 
-std::string SnapshotFiles::path_of(const SnapshotName& name) const { return join_path(dir(), snapshot_file_name(name)); }
+std::string SnapshotFiles::path_of(const SnapshotName& name) const {
+  return join_path(dir(), snapshot_file_name(name));
+}
 
 std::vector<SnapshotName> SnapshotFiles::this_runs() const {
   std::vector<SnapshotName> found;
@@ -442,9 +454,7 @@ AtomicFile SnapshotFiles::create(const SnapshotName& name) const {
   return AtomicFile(dir_.fd(), dir(), snapshot_file_name(name));
 }
 
-void SnapshotFiles::remove(const SnapshotName& name) const {
-  unlinkat(dir_.fd(), snapshot_file_name(name).c_str(), 0);
-}
+void SnapshotFiles::remove(const SnapshotName& name) const { unlinkat(dir_.fd(), snapshot_file_name(name).c_str(), 0); }
 
 std::string SnapshotFiles::set_aside(const SnapshotName& name) const {
   const std::string file = snapshot_file_name(name);

@@ -111,15 +111,16 @@ void StragglerMonitor::end_epoch(int64_t epoch) {
   std::string ranks;
   for (int rank = 0; rank < dist_.world_size; ++rank) {
     const RankIdentity identity = static_cast<std::size_t>(rank) < ranks_.size() ? ranks_[rank] : RankIdentity{};
-    ranks += std::string(rank ? ", " : "") + "{\"rank\": " + std::to_string(rank) + ", \"host\": " +
-             json_string(identity.host) + ", \"device\": " + json_string(identity.device) + ", \"compute_ms\": " +
-             fixed(compute[rank], 3) + ", \"score\": " + fixed(median > 0 ? compute[rank] / median : 0, 3) + "}";
+    ranks += std::string(rank ? ", " : "") + "{\"rank\": " + std::to_string(rank) +
+             ", \"host\": " + json_string(identity.host) + ", \"device\": " + json_string(identity.device) +
+             ", \"compute_ms\": " + fixed(compute[rank], 3) +
+             ", \"score\": " + fixed(median > 0 ? compute[rank] / median : 0, 3) + "}";
   }
   std::string named;
   for (const int rank : slow) named += (named.empty() ? "" : ", ") + std::to_string(rank);
-  print_("{\"event\": \"stragglers\", \"epoch\": " + std::to_string(epoch) + ", \"median_compute_ms\": " +
-         fixed(median, 3) + ", \"threshold_pct\": " + fixed(settings_.threshold_pct, 1) + ", \"ranks\": [" + ranks +
-         "], \"stragglers\": [" + named + "]}");
+  print_("{\"event\": \"stragglers\", \"epoch\": " + std::to_string(epoch) +
+         ", \"median_compute_ms\": " + fixed(median, 3) + ", \"threshold_pct\": " + fixed(settings_.threshold_pct, 1) +
+         ", \"ranks\": [" + ranks + "], \"stragglers\": [" + named + "]}");
 }
 
 }  // namespace ddp::runtime

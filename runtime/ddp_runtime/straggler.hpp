@@ -5,7 +5,8 @@
 // plus the optimizer step. The all-reduce of the last bucket and the wait for it are left out. Once per epoch the
 // ranks share their mean compute per step (one all-reduce of one number per rank), and rank 0 prints every rank
 // slower than the median by more than the threshold, with its node and device:
-//   Epoch 3 | Straggler: rank 2 on node2 (cpu) computes 2.41x the median (12.3 ms against 5.1 ms per step; threshold 20%)
+//   Epoch 3 | Straggler: rank 2 on node2 (cpu) computes 2.41x the median (12.3 ms against 5.1 ms per step; threshold
+//   20%)
 // With --json, rank 0 also prints the epoch's scores (compute ÷ median) of every rank as one JSON line:
 //   {"event": "stragglers", "epoch": 3, "median_compute_ms": 5.1, "threshold_pct": 20, "ranks": [{"rank": 0,
 //    "host": "node1", "device": "cpu", "compute_ms": 5.0, "score": 0.98}, ...], "stragglers": [2]}

@@ -17,8 +17,8 @@
 
 #include "ddp_runtime/distributed_model.hpp"
 #include "ddp_runtime/error_message.hpp"
-#include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/failure_report.hpp"
+#include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/optimizer.hpp"
 #include "ddp_runtime/peer_check.hpp"
 #include "ddp_runtime/process_group.hpp"
@@ -110,12 +110,13 @@ void limit_threads(const Launch& launch) {
 void check_loss_fits(const TrainingJob& job, const at::Tensor& output, const at::Tensor& targets) {
   const std::string loss = std::string("--loss ") + to_string(job.loss);
   const std::string outputs = job.model_name + " outputs " + describe(output) + " for a batch of " +
-                              std::to_string(targets.size(0)) + " and the targets 'y' of " + job.data->name() + " are " +
-                              describe(targets);
+                              std::to_string(targets.size(0)) + " and the targets 'y' of " + job.data->name() +
+                              " are " + describe(targets);
   if (!output.is_floating_point()) throw Error(outputs + "; a loss needs floating-point outputs");
   if (job.loss == LossKind::MeanSquaredError) {
     if (!targets.is_floating_point() || targets.sizes() != output.sizes()) {
-      throw Error(outputs + "; " + loss + " needs floating-point targets shaped like the output (class indices take "
+      throw Error(outputs + "; " + loss +
+                  " needs floating-point targets shaped like the output (class indices take "
                   "--loss cross-entropy or nll)");
     }
     return;
@@ -126,8 +127,10 @@ void check_loss_fits(const TrainingJob& job, const at::Tensor& output, const at:
   const bool probabilities = job.loss == LossKind::CrossEntropy && targets.is_floating_point() && output.dim() >= 2 &&
                              targets.sizes() == output.sizes();
   if (!indices && !probabilities) {
-    throw Error(outputs + "; " + loss + " needs outputs [batch, classes, ...] and class indices [batch, ...] (an integer "
-                "type)" + (job.loss == LossKind::CrossEntropy ? " or class probabilities shaped like the output" : ""));
+    throw Error(outputs + "; " + loss +
+                " needs outputs [batch, classes, ...] and class indices [batch, ...] (an integer "
+                "type)" +
+                (job.loss == LossKind::CrossEntropy ? " or class probabilities shaped like the output" : ""));
   }
   if (indices) {
     const int64_t classes = output.size(1);
@@ -148,7 +151,8 @@ void check_job(TrainingJob& job, const TrainOptions& options, c10::Device device
   if (!job.model || !job.data) throw Error("the training job has no model or no data set");
   if (job.data->size() == 0) throw Error(job.data->name() + " holds no samples");
   job.model->to(device);
-  const Batch batch = job.data->get_batch(at::arange(std::min<int64_t>(options.batch_size, job.data->size()), at::kLong));
+  const Batch batch =
+      job.data->get_batch(at::arange(std::min<int64_t>(options.batch_size, job.data->size()), at::kLong));
   at::NoGradGuard no_grad;
   job.model->train(false);
   at::Tensor output;
@@ -212,8 +216,8 @@ const at::Tensor* find_tensor(const NamedTensors& tensors, const std::string& na
 }
 
 void check_fits(const NamedTensors& model, const LoadedSnapshot& snapshot, const std::string& model_name) {
-  const std::string fix = "; resume with the model it was written with (this run trains " + model_name +
-                          "), or use another --snapshot-dir";
+  const std::string fix =
+      "; resume with the model it was written with (this run trains " + model_name + "), or use another --snapshot-dir";
   for (const auto& [name, tensor] : model) {
     const at::Tensor* saved = find_tensor(snapshot.content.model_state, name);
     if (saved == nullptr) throw Error("snapshot " + snapshot.path + " has no tensor '" + name + "' of the model" + fix);

@@ -125,7 +125,9 @@ TrainingJob script_workload(const TrainOptions& options) {
 
 }  // namespace
 
-std::unique_ptr<Model> module_model(torch::nn::AnyModule module) { return std::make_unique<ModuleModel>(std::move(module)); }
+std::unique_ptr<Model> module_model(torch::nn::AnyModule module) {
+  return std::make_unique<ModuleModel>(std::move(module));
+}
 
 TensorDataset::TensorDataset(at::Tensor inputs, at::Tensor targets, std::string name)
     : inputs_(std::move(inputs)), targets_(std::move(targets)), name_(std::move(name)) {
@@ -166,7 +168,8 @@ at::Tensor compute_loss(LossKind loss, const at::Tensor& output, const at::Tenso
   switch (loss) {
     case LossKind::MeanSquaredError: return at::mse_loss(output, target.to(output.scalar_type()));
     case LossKind::CrossEntropy:
-      return at::cross_entropy_loss(output, target.is_floating_point() ? target.to(output.scalar_type()) : target.to(at::kLong));
+      return at::cross_entropy_loss(
+          output, target.is_floating_point() ? target.to(output.scalar_type()) : target.to(at::kLong));
     case LossKind::NegativeLogLikelihood: return at::nll_loss_nd(output, target.to(at::kLong));
   }
   return {};

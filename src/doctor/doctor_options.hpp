@@ -9,12 +9,12 @@
 namespace ddp::doctor {
 
 struct Thresholds {
-  double min_net_gbps = 10;       // the guides' iperf minimum between training nodes
-  double max_rtt_us = 500;        // beyond a rack or placement group
-  double min_disk_mbps = 200;     // below this a snapshot stalls training (an HDD writes ~150 MB/s)
-  double max_clock_ms = 100;      // logs of different nodes stop lining up
-  double fail_clock_s = 300;      // munge's default credential lifetime: Slurm itself breaks
-  double slow_node_pct = 20;      // a node's compute or memory bandwidth this far below the nodes' median (node_speed)
+  double min_net_gbps = 10;    // the guides' iperf minimum between training nodes
+  double max_rtt_us = 500;     // beyond a rack or placement group
+  double min_disk_mbps = 200;  // below this a snapshot stalls training (an HDD writes ~150 MB/s)
+  double max_clock_ms = 100;   // logs of different nodes stop lining up
+  double fail_clock_s = 300;   // munge's default credential lifetime: Slurm itself breaks
+  double slow_node_pct = 20;   // a node's compute or memory bandwidth this far below the nodes' median (node_speed)
 };
 
 struct DoctorOptions {

@@ -126,8 +126,8 @@ void grade_kind(std::vector<CheckResult>& all, const std::string& check, double 
   const size_t middle = values.size() / 2;
   const double median = values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
   const std::string unit = rows.front()->value.substr(rows.front()->value.find(' ') + 1);
-  const std::string median_text = "the median of " + std::to_string(rows.size()) + " nodes is " +
-                                  format_fixed(median, 2) + " " + unit;
+  const std::string median_text =
+      "the median of " + std::to_string(rows.size()) + " nodes is " + format_fixed(median, 2) + " " + unit;
   for (CheckResult* row : rows) {
     row->threshold = "within " + format_fixed(threshold_pct, 0) + "% of the nodes' median";
     const double below_pct = (1 - value_of(*row) / median) * 100;

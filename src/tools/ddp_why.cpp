@@ -7,13 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <dirent.h>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -81,7 +81,8 @@ Args parse_args(int argc, char** argv) {
   const std::string& id = positionals[0];
   const std::size_t dot = id.find('.');
   args.job = std::to_string(ddp::require_uint(id.substr(0, dot), 1, UINT32_MAX, "job id"));
-  if (dot != std::string::npos) args.step = std::to_string(ddp::require_uint(id.substr(dot + 1), 0, UINT32_MAX, "step id"));
+  if (dot != std::string::npos)
+    args.step = std::to_string(ddp::require_uint(id.substr(dot + 1), 0, UINT32_MAX, "step id"));
   return args;
 }
 
@@ -130,7 +131,8 @@ std::optional<JobInfo> scontrol_job(const std::string& job) {
   std::string text;
   char chunk[4096];
   ssize_t n = 0;
-  while (child > 0 && (n = read(pipe_fds[0], chunk, sizeof chunk)) > 0 && text.size() < (1 << 20)) text.append(chunk, n);
+  while (child > 0 && (n = read(pipe_fds[0], chunk, sizeof chunk)) > 0 && text.size() < (1 << 20))
+    text.append(chunk, n);
   close(pipe_fds[0]);
   int status = 0;
   if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -140,7 +142,7 @@ std::optional<JobInfo> scontrol_job(const std::string& job) {
   const std::string line = " " + text.substr(0, text.find('\n'));
   info.stderr_file = field(line, "StdErr");
   info.user_id = field(line, "UserId");
-  struct tm start {};
+  struct tm start = {};
   const std::string start_text = field(line, "StartTime");
   if (strptime(start_text.c_str(), "%Y-%m-%dT%H:%M:%S", &start) != nullptr) {
     start.tm_isdst = -1;
@@ -174,7 +176,8 @@ std::vector<std::string> step_ids(const std::string& base, const std::string& jo
   while (const dirent* entry = readdir(listing)) {
     const std::string name = entry->d_name;
     if (name.rfind(prefix, 0) != 0) continue;
-    if (const auto step = ddp::parse_uint(name.substr(prefix.size()), UINT32_MAX)) steps.emplace_back(*step, name.substr(prefix.size()));
+    if (const auto step = ddp::parse_uint(name.substr(prefix.size()), UINT32_MAX))
+      steps.emplace_back(*step, name.substr(prefix.size()));
   }
   closedir(listing);
   std::sort(steps.rbegin(), steps.rend());
@@ -244,11 +247,12 @@ void print_failure(const std::string& what, const ddp::FirstFailure& failure, co
 void refuse_other_users_job(const Args& args, const std::optional<JobInfo>& job) {
   if (!job || !args.log_dir.empty()) return;
   const std::size_t open = job->user_id.find('(');
-  const auto uid = open == std::string::npos ? std::nullopt
-                                             : ddp::parse_uint(job->user_id.substr(open + 1, job->user_id.size() - open - 2),
-                                                               UINT32_MAX);
+  const auto uid = open == std::string::npos
+                       ? std::nullopt
+                       : ddp::parse_uint(job->user_id.substr(open + 1, job->user_id.size() - open - 2), UINT32_MAX);
   if (!uid || *uid == getuid()) return;
-  throw ddp::Error("job " + args.job + " is " + job->user_id.substr(0, open) + "'s: its reports are in that user's "
+  throw ddp::Error("job " + args.job + " is " + job->user_id.substr(0, open) +
+                   "'s: its reports are in that user's "
                    "DDP_LOG_DIR (default ~/.cache/slurm-ddp); give --log-dir DIR where you may read them");
 }
 
@@ -286,7 +290,9 @@ int run(const Args& args) {
     return 0;
   }
   if (!reports.dumps.empty()) {
-    print_failure(what, ddp::FirstFailure{reports.dumps.front().rank, reports.dumps.front().host, std::nullopt, std::nullopt}, reports, "", args);
+    print_failure(what,
+                  ddp::FirstFailure{reports.dumps.front().rank, reports.dumps.front().host, std::nullopt, std::nullopt},
+                  reports, "", args);
     return 0;
   }
   std::cout << "ddp-why: " << what << ": no failure found in " << (reports.dir.empty() ? base : reports.dir)

@@ -1,7 +1,7 @@
 #include "failure_report.hpp"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,8 +43,9 @@ class TempDir {
 };
 
 std::string ddp_train_report(const std::string& run_id, const std::string& message, int code) {
-  return R"json({"message": {"message": ")json" + message + R"json(", "extraInfo": {"timestamp": "1795473684", "run_id": ")json" +
-         run_id + R"json(", "rank": 2, "hostname": "node2"}, "errorCode": )json" + std::to_string(code) + "}}";
+  return R"json({"message": {"message": ")json" + message +
+         R"json(", "extraInfo": {"timestamp": "1795473684", "run_id": ")json" + run_id +
+         R"json(", "rank": 2, "hostname": "node2"}, "errorCode": )json" + std::to_string(code) + "}}";
 }
 
 TEST(FailureReport, ReadsWhatPytorchsRecordWrites) {
@@ -84,7 +85,8 @@ TEST(FailureReport, RefusesWhatIsNotAnErrorFile) {
 
 TEST(FailureReport, ReadsAStepDirectoryOldestFirstWithRankAndHostFromTheNames) {
   TempDir dir;
-  dir.write(error_file_name(3, "node2"), R"json({"message": "RuntimeError: Connection closed by peer"})json", 1795473690);
+  dir.write(error_file_name(3, "node2"), R"json({"message": "RuntimeError: Connection closed by peer"})json",
+            1795473690);
   dir.write(error_file_name(1, "node1"), kRecordOutput, 1795473680);
   dir.write(nccl_dump_prefix("node2") + "3", std::string(300, 'x'));
   dir.write("notes.txt", "not ours");
@@ -166,8 +168,9 @@ ErrorReport report(uint32_t rank, double time, const std::string& message) {
 TEST(FailureReport, FirstFailureIsSrunsFirstBadExitWithItsReport) {
   StepReports reports;
   reports.errors = {report(0, 10, "RuntimeError: Connection closed by peer"), report(3, 11, "ValueError: bad batch")};
-  const auto exits = parse_srun_exits("srun: error: node3: task 3: Exited with exit code 1\n"
-                                      "srun: error: node0: task 0: Exited with exit code 1\n");
+  const auto exits = parse_srun_exits(
+      "srun: error: node3: task 3: Exited with exit code 1\n"
+      "srun: error: node0: task 0: Exited with exit code 1\n");
   const auto first = first_failure(reports, exits);
   ASSERT_TRUE(first);
   EXPECT_EQ(first->rank, 3u);
@@ -223,7 +226,7 @@ TEST(StepLogs, PrepareCreatesTheDirectoryAndRemovesOnlyThisTasksStaleReports) {
   TempDir dir;
   const std::string step = dir.path() + "/logs/12.3";
   prepare_step_log_dir(step, 1, "node1");
-  struct stat info {};
+  struct stat info = {};
   ASSERT_EQ(stat(step.c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0700u);
   std::ofstream(step + "/" + error_file_name(1, "node1")) << "stale";
@@ -243,7 +246,8 @@ TEST(StepLogs, PrepareCreatesTheDirectoryAndRemovesOnlyThisTasksStaleReports) {
     prepare_step_log_dir(dir.path() + "/file", 0, "node1");
     FAIL() << "a file was taken for the log directory";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("file' is not a directory; export DDP_LOG_DIR="), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("file' is not a directory; export DDP_LOG_DIR="), std::string::npos)
+        << e.what();
   }
 }
 

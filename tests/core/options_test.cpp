@@ -128,12 +128,15 @@ TEST(Config, RejectsBadArgumentsNamingKeyValueAndFile) {
   const std::string file = "/etc/slurm/plugstack.conf.d/ddp.conf";
   EXPECT_EQ(error_of([&] { parse_config({"prot_range=1-2"}, file); }),
             "plugstack argument 'prot_range=1-2' in " + file +
-                ": unknown key 'prot_range'; known keys: port_range, default_backend, snapshot_dir, bind, nic, topology_xml, topology_cache, snapshot_dir_timeout");
+                ": unknown key 'prot_range'; known keys: port_range, default_backend, snapshot_dir, bind, nic, "
+                "topology_xml, topology_cache, snapshot_dir_timeout");
   EXPECT_EQ(error_of([&] { parse_config({"verbose"}, file); }),
-            "plugstack argument 'verbose' in " + file + " is not key=value; known keys: port_range, default_backend, snapshot_dir, bind, nic, topology_xml, topology_cache, snapshot_dir_timeout");
-  for (const char* bad : {"port_range=30000", "port_range=3-2", "port_range=100-200", "port_range=20000-70000",
-                          "port_range=", "default_backend=tcp", "default_backend=", "bind=all", "nic=a b",
-                          "topology_xml=p4d.xml"}) {
+            "plugstack argument 'verbose' in " + file +
+                " is not key=value; known keys: port_range, default_backend, snapshot_dir, bind, nic, topology_xml, "
+                "topology_cache, snapshot_dir_timeout");
+  for (const char* bad :
+       {"port_range=30000", "port_range=3-2", "port_range=100-200", "port_range=20000-70000",
+        "port_range=", "default_backend=tcp", "default_backend=", "bind=all", "nic=a b", "topology_xml=p4d.xml"}) {
     const std::string message = error_of([&] { parse_config({bad}, file); });
     EXPECT_NE(message.find("plugstack argument '" + std::string(bad) + "' in " + file + ": bad value"),
               std::string::npos)

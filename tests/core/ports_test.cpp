@@ -41,8 +41,9 @@ TEST(Ports, ReadsSlurmsReservedPortLists) {
   try {
     parse_reserved_ports("12005,12001");
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "SLURM_STEP_RESV_PORTS (set by Slurm's MpiParams=ports) '12005,12001' is not an "
-                                     "ascending list of ports and FIRST-LAST ranges");
+    EXPECT_EQ(std::string(e.what()),
+              "SLURM_STEP_RESV_PORTS (set by Slurm's MpiParams=ports) '12005,12001' is not an "
+              "ascending list of ports and FIRST-LAST ranges");
   }
 }
 

@@ -61,14 +61,14 @@ constexpr auto kDeadline = std::chrono::seconds(10);
 const std::string kOption = "--ddp-snapshot-dir";
 
 unsigned mode_of(const std::string& path) {
-  struct stat info {};
+  struct stat info = {};
   EXPECT_EQ(lstat(path.c_str(), &info), 0) << path;
   return info.st_mode & 07777;
 }
 
 TEST(SnapshotDirTemplate, RefusesUserWithoutANameInsteadOfUsingTheUid) {
-  EXPECT_NE(error_of([] { expand_path_template("/fsx/%u/%j", {"", "1", "x"}); }).find("has no name on this node"),
-            std::string::npos);
+  const std::string refusal = error_of([] { expand_path_template("/fsx/%u/%j", {"", "1", "x"}); });
+  EXPECT_NE(refusal.find("has no name on this node"), std::string::npos) << refusal;
   EXPECT_EQ(expand_path_template("/fsx/%j", {"", "1", "x"}), "/fsx/1");
 }
 
@@ -89,7 +89,8 @@ TEST_F(SnapshotDirTest, AFileIsNotADirectory) {
   std::FILE* created = std::fopen(file.c_str(), "w");
   ASSERT_NE(created, nullptr) << file;
   std::fclose(created);
-  EXPECT_NE(error_of([&] { prepare_snapshot_dir(file, kOption, kDeadline); }).find("is not a directory"), std::string::npos);
+  EXPECT_NE(error_of([&] { prepare_snapshot_dir(file, kOption, kDeadline); }).find("is not a directory"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { prepare_snapshot_dir(file + "/below", kOption, kDeadline); }).find("is not a directory"),
             std::string::npos);
 }
@@ -98,8 +99,9 @@ TEST_F(SnapshotDirTest, RefusesALinkAsTheLastComponentButFollowsOneAbove) {
   ASSERT_EQ(mkdir((root_ + "/real").c_str(), 0700), 0);
   ASSERT_EQ(symlink((root_ + "/real").c_str(), (root_ + "/link").c_str()), 0);
   EXPECT_EQ(error_of([&] { SnapshotDir::open(root_ + "/link", kOption); }),
-            "snapshot directory '" + root_ + "/link' is a symbolic link; give the directory it points to; use a "
-            "directory of your own (--ddp-snapshot-dir)");
+            "snapshot directory '" + root_ +
+                "/link' is a symbolic link; give the directory it points to; use a "
+                "directory of your own (--ddp-snapshot-dir)");
   EXPECT_EQ(error_of([&] { SnapshotDir::open(root_ + "/link/below", kOption); }), "");
   EXPECT_EQ(mode_of(root_ + "/real/below"), 0700u);
 }
@@ -161,27 +163,35 @@ TEST_F(SnapshotDirTest, ADirectoryAnotherUserMadeIsRefusedWithOneLine) {
       return true;
     });
   };
-  EXPECT_EQ(refused(planted, "snapshot directory '" + planted + "' is owned by uid 65533, not by you (uid 65534): its "
-                             "owner could read, replace or delete your snapshots; use a directory of your own "
-                             "(--ddp-snapshot-dir)"), 0);
+  EXPECT_EQ(refused(planted, "snapshot directory '" + planted +
+                                 "' is owned by uid 65533, not by you (uid 65534): its "
+                                 "owner could read, replace or delete your snapshots; use a directory of your own "
+                                 "(--ddp-snapshot-dir)"),
+            0);
   EXPECT_EQ(refused(parent + "/4711", "lies in '" + parent + "', which uid 65533 owns and everyone may write"), 0);
   EXPECT_EQ(refused(root_ + "/ddp-4712", "is a symbolic link"), 0);
   // Nothing was created in the attacker's directories.
   EXPECT_FALSE(std::filesystem::exists(parent + "/4711"));
   // The victim's own directory in the sticky scratch directory is fine.
-  EXPECT_EQ(as_user(kVictim, [&] { return error_of([&] { prepare_snapshot_dir(root_ + "/ddp-4713", kOption, kDeadline); }).empty(); }), 0);
+  EXPECT_EQ(
+      as_user(kVictim,
+              [&] { return error_of([&] { prepare_snapshot_dir(root_ + "/ddp-4713", kOption, kDeadline); }).empty(); }),
+      0);
 }
 
 TEST_F(SnapshotDirTest, ChecksAsTheUserNotAsRoot) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to switch to an unprivileged user";
   // A root-owned 0755 directory: root could write there, user nobody cannot, and the check must say so.
   ASSERT_EQ(chmod(root_.c_str(), 0755), 0);
-  EXPECT_EQ(as_user(kVictim, [&] {
-    const std::string message = error_of([&] { prepare_snapshot_dir(root_, kOption, kDeadline); });
-    const std::string below = error_of([&] { prepare_snapshot_dir(root_ + "/sub", kOption, kDeadline); });
-    return message.find("is owned by uid 0, not by you") != std::string::npos &&
-           below.find("cannot be created") != std::string::npos;
-  }), 0);
+  EXPECT_EQ(as_user(kVictim,
+                    [&] {
+                      const std::string message = error_of([&] { prepare_snapshot_dir(root_, kOption, kDeadline); });
+                      const std::string below =
+                          error_of([&] { prepare_snapshot_dir(root_ + "/sub", kOption, kDeadline); });
+                      return message.find("is owned by uid 0, not by you") != std::string::npos &&
+                             below.find("cannot be created") != std::string::npos;
+                    }),
+            0);
 }
 
 // Issue 12 item 9: a file system that hangs (here: an ext4 image frozen with fsfreeze, where mkdir waits
@@ -200,9 +210,10 @@ TEST_F(SnapshotDirTest, AHungFileSystemFailsAtTheDeadlineWithOneLine) {
     const std::string message =
         error_of([&] { prepare_snapshot_dir(point + "/alice/snapshots", kOption, std::chrono::milliseconds(1500)); });
     std::system(("fsfreeze -u " + point + "; umount -l " + point).c_str());
-    const bool ok = message == "snapshot directory '" + point + "/alice/snapshots' did not answer within 1.5 s: its "
-                               "file system hangs on this node; check the mount, or use another directory "
-                               "(--ddp-snapshot-dir)";
+    const bool ok = message == "snapshot directory '" + point +
+                                   "/alice/snapshots' did not answer within 1.5 s: its "
+                                   "file system hangs on this node; check the mount, or use another directory "
+                                   "(--ddp-snapshot-dir)";
     if (!ok) std::fprintf(stderr, "got [%s]\n", message.c_str());
     _exit(ok ? 0 : 1);
   }

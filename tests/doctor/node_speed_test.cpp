@@ -28,8 +28,8 @@ TEST(NodeSpeed, MeasuresThisNodesGemmAndMemoryBandwidth) {
 
 TEST(NodeSpeed, NodesBelowTheMedianByMoreThanTheThresholdWarn) {
   std::vector<CheckResult> all{row("node.compute", "100.0 GFLOP/s", 0), row("node.compute", "98.0 GFLOP/s", 1),
-                               row("node.compute", "70.0 GFLOP/s", 2), row("node.compute", "81.0 GFLOP/s", 3),
-                               row("node.memory_bw", "10.00 GB/s", 0), row("node.memory_bw", "9.50 GB/s", 1),
+                               row("node.compute", "70.0 GFLOP/s", 2),  row("node.compute", "81.0 GFLOP/s", 3),
+                               row("node.memory_bw", "10.00 GB/s", 0),  row("node.memory_bw", "9.50 GB/s", 1),
                                row("net.interface", "eth0", 0)};
   grade_node_speeds(all, 20);
   // Median of 70, 81, 98, 100 is 89.5: 70 is 22% below it, 81 is 9.5% below.

@@ -45,7 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     const ddp::Launch launch = ddp::launch_from_environment(env);
-    if (launch.rank < 0 || launch.rank >= launch.world_size || launch.local_rank >= launch.local_world_size) std::abort();
+    if (launch.rank < 0 || launch.rank >= launch.world_size || launch.local_rank >= launch.local_world_size)
+      std::abort();
   } catch (const ddp::Error&) {
   }
   return 0;

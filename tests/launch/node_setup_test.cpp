@@ -175,7 +175,8 @@ TEST(NodeSetup, AnAdminTopologyThatCrashesHwlocFailsWithOneLine) {
     ADD_FAILURE() << "a topology that crashes hwloc was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("topology_xml '" + xml + "' in plugstack.conf crashes hwloc (signal 11)"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
   std::filesystem::remove_all(dir);
 }
@@ -232,7 +233,8 @@ TEST_F(TopologyCacheTest, FileNameCarriesTheBootId) {
   ASSERT_TRUE(name);
   // Boot id, hwloc's version and a digest of the network and RDMA device names.
   EXPECT_TRUE(std::regex_match(*name, std::regex("/run/slurm-ddp/topology-v2-4f9c2d1e-8a7b-4c3d-9e2f-1a2b3c4d5e6f-"
-                                                 "h[0-9a-f]+-[0-9a-f]{8}\\.xml"))) << *name;
+                                                 "h[0-9a-f]+-[0-9a-f]{8}\\.xml")))
+      << *name;
   std::ofstream(boot_id) << "../../etc/passwd\n";
   EXPECT_EQ(topology_cache_file("/run/slurm-ddp", boot_id), std::nullopt);
   EXPECT_EQ(topology_cache_file("/run/slurm-ddp", root_ + "/missing"), std::nullopt);

@@ -7,10 +7,9 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <algorithm>
-#include <filesystem>
 #include <unistd.h>
 #include <algorithm>
+#include <filesystem>
 
 #include "test_support.hpp"
 
@@ -52,9 +51,9 @@ TEST(DdpTrain, PrintsTheSeedsLinesOnEveryRankAndSavesSnapshotsAndTheFinalModel) 
   const std::string& rank0 = results[0].output;
   for (const std::string& line : std::vector<std::string>{
            "[CPU0] Epoch 0 | Batchsize: 32 | Steps: 32\n", "[CPU0] Epoch 2 | Batchsize: 32 | Steps: 32\n",
-        "Epoch 0 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000001-s000000000032-rdefault.pt\n",
-        "Epoch 2 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000003-s000000000096-rdefault.pt\n",
-        "Final model saved at " + dir + "/final.pt\n", "Epoch 1 | Loss: ", "samples/s\n"}) {
+           "Epoch 0 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000001-s000000000032-rdefault.pt\n",
+           "Epoch 2 | Training snapshot saved at " + dir + "/snapshots/snapshot-e000003-s000000000096-rdefault.pt\n",
+           "Final model saved at " + dir + "/final.pt\n", "Epoch 1 | Loss: ", "samples/s\n"}) {
     EXPECT_TRUE(contains(rank0, line)) << "missing '" << line << "' in\n" << rank0;
   }
   EXPECT_TRUE(contains(results[1].output, "[CPU1] Epoch 2 | Batchsize: 32 | Steps: 32\n")) << results[1].output;
@@ -147,11 +146,13 @@ TEST(DdpTrain, TheSeedScriptResumesFromItsSnapshotAndFinalModel) {
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "Resuming training from snapshot at Epoch 2\n")) << resumed.output;
   char weight_sum[64];
-  std::snprintf(weight_sum, sizeof weight_sum, "weight_sum %.4f\n",
-                testing::load_dict(snapshot).at("MODEL_STATE").toGenericDict().at("weight").toTensor().sum().item<double>());
+  std::snprintf(
+      weight_sum, sizeof weight_sum, "weight_sum %.4f\n",
+      testing::load_dict(snapshot).at("MODEL_STATE").toGenericDict().at("weight").toTensor().sum().item<double>());
   EXPECT_TRUE(contains(resumed.output, weight_sum)) << resumed.output;
   const Result final_model = testing::run(
-      {python, "-c", "import torch, sys; m = torch.nn.Linear(20, 1); m.load_state_dict(torch.load(sys.argv[1])); print('ok')",
+      {python, "-c",
+       "import torch, sys; m = torch.nn.Linear(20, 1); m.load_state_dict(torch.load(sys.argv[1])); print('ok')",
        dir + "/final.pt"});
   EXPECT_EQ(final_model.output, "ok\n");
 }
@@ -173,8 +174,8 @@ TEST(DdpTrain, RunsSharingADirectoryKeepTheirOwnSnapshotsAndJunkIsSetAside) {
   const std::string dir = testing::make_temp_dir();
   const std::string snapshots = dir + "/snapshots";
   const auto train = [&](const std::string& run, const std::string& epochs) {
-    return testing::run(train_command(dir, {"--workload", "mlp", "--width", "8", "--samples", "64", "--keep", "1",
-                                            "--run-id", run, epochs, "1"}));
+    return testing::run(train_command(
+        dir, {"--workload", "mlp", "--width", "8", "--samples", "64", "--keep", "1", "--run-id", run, epochs, "1"}));
   };
   ASSERT_EQ(train("a", "2").status, 0);
   const Result b = train("b", "3");
@@ -185,13 +186,15 @@ TEST(DdpTrain, RunsSharingADirectoryKeepTheirOwnSnapshotsAndJunkIsSetAside) {
   const Result a = train("a", "4");
   ASSERT_EQ(a.status, 0) << a.output;
   EXPECT_TRUE(contains(a.output, "snapshot-e000999-s000000999999-ra.pt is not a whole snapshot")) << a.output;
-  EXPECT_TRUE(contains(a.output, "Resuming training from snapshot at Epoch 2 (" + snapshots +
-                                     "/snapshot-e000002-s000000000004-ra.pt)")) << a.output;
+  EXPECT_TRUE(contains(
+      a.output, "Resuming training from snapshot at Epoch 2 (" + snapshots + "/snapshot-e000002-s000000000004-ra.pt)"))
+      << a.output;
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(snapshots)) names.push_back(entry.path().filename());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"snapshot-e000003-s000000000006-rb.pt", "snapshot-e000004-s000000000008-ra.pt",
-                                             "snapshot-e000999-s000000999999-ra.pt.corrupt"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"snapshot-e000003-s000000000006-rb.pt", "snapshot-e000004-s000000000008-ra.pt",
+                                      "snapshot-e000999-s000000999999-ra.pt.corrupt"}));
 }
 
 TEST(DdpTrain, FailsOnEveryRankBeforeTheFirstStepWhenTheSnapshotDirIsUnwritable) {
@@ -245,23 +248,29 @@ class PortSquatter {
 // the other ranks never take a store that cannot prove it is their rank 0's.
 TEST(DdpTrain, EveryRankFailsWithThePortAndTheFixWhenAnotherProgramHoldsIt) {
   const PortSquatter squatter;
-  const testing::Env env{{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", squatter.port()},
+  const testing::Env env{{"WORLD_SIZE", "2"},
+                         {"MASTER_ADDR", "127.0.0.1"},
+                         {"MASTER_PORT", squatter.port()},
                          {"DDP_JOB_KEY", "0123456789abcdef0123456789abcdef"}};
   testing::Env rank0 = env, rank1 = env;
   rank0["RANK"] = "0";
   rank1["RANK"] = "1";
   const Result host = testing::run({ddp_train(), "--timeout", "3", "1", "0"}, rank0);
   EXPECT_EQ(host.status, 1) << host.output;
-  EXPECT_TRUE(contains(host.output, "ddp-train: rank 0 could not host the rendezvous store at 127.0.0.1:" +
-                                        squatter.port() + ": ")) << host.output;
-  EXPECT_TRUE(contains(host.output, "; choose another port (srun --ddp-port=N, or MASTER_PORT), or ask your admin to "
-                                    "reserve ports for steps (MpiParams=ports in slurm.conf); port " + squatter.port() +
-                                    " on 127.0.0.1 is held by another program\n")) << host.output;
+  EXPECT_TRUE(contains(host.output,
+                       "ddp-train: rank 0 could not host the rendezvous store at 127.0.0.1:" + squatter.port() + ": "))
+      << host.output;
+  EXPECT_TRUE(contains(host.output,
+                       "; choose another port (srun --ddp-port=N, or MASTER_PORT), or ask your admin to "
+                       "reserve ports for steps (MpiParams=ports in slurm.conf); port " +
+                           squatter.port() + " on 127.0.0.1 is held by another program\n"))
+      << host.output;
   const Result peer = testing::run({ddp_train(), "--timeout", "3", "1", "0"}, rank1);
   EXPECT_EQ(peer.status, 1) << peer.output;
   EXPECT_TRUE(contains(peer.output, "ddp-train: rank 1: the rendezvous store at 127.0.0.1:" + squatter.port() +
                                         " did not prove within 3 s that it is this job's rank 0 (DDP_JOB_KEY); choose "
-                                        "another port")) << peer.output;
+                                        "another port"))
+      << peer.output;
 }
 
 // A real c10d store of another job (another key) on the port is refused the same way.
@@ -274,7 +283,8 @@ TEST(DdpTrain, ARankRefusesTheStoreOfAnotherJob) {
   other_job["DDP_JOB_KEY"] = "ffffffffffffffffffffffffffffffff";
   this_job["RANK"] = "1";
   this_job["DDP_JOB_KEY"] = "0123456789abcdef0123456789abcdef";
-  const testing::Process store = testing::spawn({ddp_train(), "--timeout", "20", "1", "0"}, other_job, dir + "/other.log");
+  const testing::Process store =
+      testing::spawn({ddp_train(), "--timeout", "20", "1", "0"}, other_job, dir + "/other.log");
   const Result refused = testing::run({ddp_train(), "--timeout", "3", "1", "0"}, this_job);
   EXPECT_EQ(refused.status, 1) << refused.output;
   EXPECT_TRUE(contains(refused.output, "did not prove within 3 s that it is this job's rank 0")) << refused.output;

@@ -76,7 +76,8 @@ TEST(Idx, ReadsUnsignedByteArraysAndRefusesOthers) {
   EXPECT_EQ(error_of([&] { read_idx_file(dir + "/liar"); }),
             dir + "/liar is truncated: its header promises 47040000 bytes of data, it has 0");
   testing::write_bytes(dir + "/huge", std::string("\0\0\x08\x04\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"
-                                                  "\xff\xff\xff\xff", 20));
+                                                  "\xff\xff\xff\xff",
+                                                  20));
   EXPECT_NE(error_of([&] { read_idx_file(dir + "/huge"); }).find("huge is truncated: its header promises 3402823"),
             std::string::npos);
   EXPECT_NE(error_of([&] { read_idx_file("/dev/zero"); }).find("is not a regular file"), std::string::npos);

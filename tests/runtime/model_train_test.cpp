@@ -60,8 +60,8 @@ void expect_same_models(const std::string& a, const std::string& b, bool bitwise
     if (bitwise || !x.is_floating_point()) {
       EXPECT_TRUE(x.equal(y)) << name << " differs between " << a << " and " << b;
     } else {
-      EXPECT_TRUE(x.allclose(y, 1e-4, 1e-5)) << name << " differs between " << a << " and " << b << ": largest difference "
-                                             << x.sub(y).abs().max().item().toDouble();
+      EXPECT_TRUE(x.allclose(y, 1e-4, 1e-5)) << name << " differs between " << a << " and " << b
+                                             << ": largest difference " << x.sub(y).abs().max().item().toDouble();
     }
   }
 }
@@ -79,15 +79,18 @@ class DdpTrainModel : public ::testing::Test {
     const std::string train_dir = dir_ + "/train";
     ASSERT_EQ(mkdir(python_dir.c_str(), 0755), 0);
     ASSERT_EQ(mkdir(train_dir.c_str(), 0755), 0);
-    expect_all_succeed(testing::run_ranks(
-        2, with({testing::torch_python(), testing::python_script("model_io.py"), "train", model, data, python_dir + "/final.pt"}, args),
-        python_dir, kPythonEnv));
+    expect_all_succeed(testing::run_ranks(2,
+                                          with({testing::torch_python(), testing::python_script("model_io.py"), "train",
+                                                model, data, python_dir + "/final.pt"},
+                                               args),
+                                          python_dir, kPythonEnv));
     std::vector<std::string> train_args = args;
     // model_io.py's --epochs is ddp-train's first positional.
     const auto epochs = std::find(train_args.begin(), train_args.end(), "--epochs");
     const std::string total = *(epochs + 1);
     train_args.erase(epochs, epochs + 2);
-    expect_all_succeed(testing::run_ranks(2, ddp_train_model(train_dir, model, data, with(train_args, {total, "0"})), train_dir));
+    expect_all_succeed(
+        testing::run_ranks(2, ddp_train_model(train_dir, model, data, with(train_args, {total, "0"})), train_dir));
     expect_same_models(train_dir + "/final.pt", python_dir + "/final.pt", false);
   }
 
@@ -97,28 +100,31 @@ class DdpTrainModel : public ::testing::Test {
 TEST_F(DdpTrainModel, EndsWithPythonDdpsParametersWithSgdMomentumWeightDecayAndAStepSchedule) {
   model_io({"make-model", "mlp", dir_ + "/mlp.pt"});
   model_io({"make-data", "mlp", dir_ + "/data.pt", "--samples", "200"});
-  expect_same_as_python(dir_ + "/mlp.pt", dir_ + "/data.pt",
-                        {"--epochs", "3", "--batch-size", "16", "--seed", "3", "--lr", "0.05", "--momentum", "0.9",
-                         "--weight-decay", "0.001", "--lr-schedule", "step", "--lr-step-epochs", "2", "--lr-gamma", "0.5"});
+  expect_same_as_python(
+      dir_ + "/mlp.pt", dir_ + "/data.pt",
+      {"--epochs", "3", "--batch-size", "16", "--seed", "3", "--lr", "0.05", "--momentum", "0.9", "--weight-decay",
+       "0.001", "--lr-schedule", "step", "--lr-step-epochs", "2", "--lr-gamma", "0.5"});
 }
 
 TEST_F(DdpTrainModel, EndsWithPythonDdpsParametersWithAdamWClippingAndCosineWarmUpOnATracedModule) {
   model_io({"make-model", "mlp", dir_ + "/mlp.pt", "--trace"});
   model_io({"make-data", "mlp", dir_ + "/data", "--npy", "--samples", "200"});
   expect_same_as_python(dir_ + "/mlp.pt", dir_ + "/data",
-                        {"--epochs", "3", "--batch-size", "16", "--optimizer", "adamw", "--lr", "0.01", "--clip-grad-norm",
-                         "0.5", "--lr-schedule", "cosine", "--warmup-steps", "4"});
+                        {"--epochs", "3", "--batch-size", "16", "--optimizer", "adamw", "--lr", "0.01",
+                         "--clip-grad-norm", "0.5", "--lr-schedule", "cosine", "--warmup-steps", "4"});
 }
 
 TEST_F(DdpTrainModel, ResumeIsExactAfterAKillWithBatchNormAndDropout) {
   model_io({"make-model", "cnn", dir_ + "/cnn.pt"});
   model_io({"make-data", "cnn", dir_ + "/data", "--npy", "--samples", "256"});
-  const std::vector<std::string> args{"--batch-size", "8", "--optimizer", "adamw", "--lr", "0.01", "--seed", "9", "8", "1"};
+  const std::vector<std::string> args{"--batch-size", "8",      "--optimizer", "adamw", "--lr",
+                                      "0.01",         "--seed", "9",           "8",     "1"};
   const std::string baseline = dir_ + "/baseline";
   const std::string killed = dir_ + "/killed";
   ASSERT_EQ(mkdir(baseline.c_str(), 0755), 0);
   ASSERT_EQ(mkdir(killed.c_str(), 0755), 0);
-  expect_all_succeed(testing::run_ranks(2, ddp_train_model(baseline, dir_ + "/cnn.pt", dir_ + "/data", args), baseline));
+  expect_all_succeed(
+      testing::run_ranks(2, ddp_train_model(baseline, dir_ + "/cnn.pt", dir_ + "/data", args), baseline));
 
   auto ranks = testing::spawn_ranks(2, ddp_train_model(killed, dir_ + "/cnn.pt", dir_ + "/data", args), killed);
   ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Epoch 2 | Training snapshot saved", ranks[0]));
@@ -129,7 +135,8 @@ TEST_F(DdpTrainModel, ResumeIsExactAfterAKillWithBatchNormAndDropout) {
   EXPECT_TRUE(contains(resumed[0].output, "Resuming training from snapshot at Epoch ")) << resumed[0].output;
   EXPECT_FALSE(contains(resumed[0].output, "[CPU0] Epoch 0 |")) << resumed[0].output;
   expect_same_models(baseline + "/final.pt", killed + "/final.pt", true);
-  EXPECT_TRUE(contains(resumed[0].output, "TorchScript model saved at " + killed + "/final.script.pt\n")) << resumed[0].output;
+  EXPECT_TRUE(contains(resumed[0].output, "TorchScript model saved at " + killed + "/final.script.pt\n"))
+      << resumed[0].output;
 }
 
 // A researcher takes a ddp-train run back to Python: the original nn.Module and torch.optim optimizer load the
@@ -138,17 +145,18 @@ TEST_F(DdpTrainModel, PythonContinuesTheRunFromASnapshotAndRunsTheFinalTorchScri
   model_io({"make-model", "cnn", dir_ + "/cnn.pt"});
   model_io({"make-data", "cnn", dir_ + "/data.pt", "--samples", "96"});
   const std::vector<std::string> hyper{"--batch-size", "8", "--lr", "0.05", "--momentum", "0.9", "--seed", "4"};
-  expect_all_succeed(
-      testing::run_ranks(2, ddp_train_model(dir_, dir_ + "/cnn.pt", dir_ + "/data.pt", with(hyper, {"--keep", "9", "4", "1"})), dir_));
-  const std::string snapshot = dir_ + "/snapshots/snapshot-e000002-s000000000012-rdefault.pt";
   expect_all_succeed(testing::run_ranks(
-      2, with({testing::torch_python(), testing::python_script("model_io.py"), "continue", "cnn", snapshot, dir_ + "/data.pt",
-               dir_ + "/python.pt", "--epochs", "4"},
-              hyper),
-      dir_, kPythonEnv));
+      2, ddp_train_model(dir_, dir_ + "/cnn.pt", dir_ + "/data.pt", with(hyper, {"--keep", "9", "4", "1"})), dir_));
+  const std::string snapshot = dir_ + "/snapshots/snapshot-e000002-s000000000012-rdefault.pt";
+  expect_all_succeed(
+      testing::run_ranks(2,
+                         with({testing::torch_python(), testing::python_script("model_io.py"), "continue", "cnn",
+                               snapshot, dir_ + "/data.pt", dir_ + "/python.pt", "--epochs", "4"},
+                              hyper),
+                         dir_, kPythonEnv));
   expect_same_models(dir_ + "/final.pt", dir_ + "/python.pt", false);
-  const Result script = testing::run({testing::torch_python(), testing::python_script("model_io.py"), "run-script", "cnn",
-                                      dir_ + "/final.script.pt", dir_ + "/final.pt"});
+  const Result script = testing::run({testing::torch_python(), testing::python_script("model_io.py"), "run-script",
+                                      "cnn", dir_ + "/final.script.pt", dir_ + "/final.pt"});
   EXPECT_EQ(script.output, "same outputs\n") << script.output;
 }
 
@@ -158,7 +166,8 @@ TEST_F(DdpTrainModel, ShardsTrainLikeTheirConcatenation) {
   model_io({"split", dir_ + "/all.pt", "70", dir_ + "/head.pt", dir_ + "/tail"});
   const std::vector<std::string> args{"--lr", "0.1", "--batch-size", "8", "2", "0"};
   for (const std::string name : {"one", "shards"}) ASSERT_EQ(mkdir((dir_ + "/" + name).c_str(), 0755), 0);
-  expect_all_succeed(testing::run_ranks(2, ddp_train_model(dir_ + "/one", dir_ + "/mlp.pt", dir_ + "/all.pt", args), dir_));
+  expect_all_succeed(
+      testing::run_ranks(2, ddp_train_model(dir_ + "/one", dir_ + "/mlp.pt", dir_ + "/all.pt", args), dir_));
   expect_all_succeed(testing::run_ranks(
       2, ddp_train_model(dir_ + "/shards", dir_ + "/mlp.pt", dir_ + "/head.pt," + dir_ + "/tail", args), dir_));
   expect_same_models(dir_ + "/one/final.pt", dir_ + "/shards/final.pt", true);
@@ -177,8 +186,8 @@ TEST_F(DdpTrainModel, RefusesBadInputOnEveryRankWithOneLineBeforeTheFirstStep) {
   for (const std::string bad : {"truncated-npy", "big-endian-npy"}) model_io({"make-bad-data", bad, dir_ + "/" + bad});
   testing::write_bytes(dir_ + "/notes.txt", "not a model\n");
 
-  const auto expect_refused = [&](const std::string& model, const std::string& data, const std::vector<std::string>& args,
-                                  const std::string& part) {
+  const auto expect_refused = [&](const std::string& model, const std::string& data,
+                                  const std::vector<std::string>& args, const std::string& part) {
     SCOPED_TRACE(model + " on " + data);
     const std::string run = testing::make_temp_dir();
     for (const Result& r : testing::run_ranks(2, ddp_train_model(run, model, data, with(args, {"2", "1"})), run)) {
@@ -193,33 +202,48 @@ TEST_F(DdpTrainModel, RefusesBadInputOnEveryRankWithOneLineBeforeTheFirstStep) {
   expect_refused(d + "/data.pt", d + "/data.pt", {}, "it looks like tensors saved by torch.save");
   expect_refused(d + "/missing.pt", d + "/data.pt", {}, "--model " + d + "/missing.pt: No such file or directory");
   expect_refused(d + "/two.pt", d + "/data.pt", {}, d + "/two.pt: its forward is forward(");
-  expect_refused(d + "/tuple.pt", d + "/data.pt", {}, "calls forward with one tensor (a batch of inputs) and needs one tensor back");
-  expect_refused(d + "/mlp.pt", d + "/data.pt", {"--loss", "mse"}, "--loss mse needs floating-point targets shaped like the output");
-  expect_refused(d + "/mlp.pt", d + "/regression.pt", {"--loss", "nll"}, "--loss nll needs outputs [batch, classes, ...]");
-  expect_refused(d + "/mlp.pt", d + "/ten.pt", {}, d + "/ten.pt 'y' holds the class index 9, but the model outputs 4 classes");
+  expect_refused(d + "/tuple.pt", d + "/data.pt", {},
+                 "calls forward with one tensor (a batch of inputs) and needs one tensor back");
+  expect_refused(d + "/mlp.pt", d + "/data.pt", {"--loss", "mse"},
+                 "--loss mse needs floating-point targets shaped like the output");
+  expect_refused(d + "/mlp.pt", d + "/regression.pt", {"--loss", "nll"},
+                 "--loss nll needs outputs [batch, classes, ...]");
+  expect_refused(d + "/mlp.pt", d + "/ten.pt", {},
+                 d + "/ten.pt 'y' holds the class index 9, but the model outputs 4 classes");
   expect_refused(d + "/mlp.pt", d + "/missing-key.pt", {}, d + "/missing-key.pt has no key 'x'");
   expect_refused(d + "/mlp.pt", d + "/rows.pt", {}, d + "/rows.pt 'x' has 20 samples but " + d + "/rows.pt 'y' has 19");
-  expect_refused(d + "/mlp.pt", d + "/not-dict.pt", {}, d + "/not-dict.pt holds a GenericList, expected a dict with 'x' and 'y'");
-  expect_refused(d + "/mlp.pt", d + "/truncated-pt.pt", {}, d + "/truncated-pt.pt cannot be read: it is not a torch.save file");
-  expect_refused(d + "/mlp.pt", d + "/truncated-npy", {}, d + "/truncated-npy/x.npy is truncated: its header says shape [20, 8]");
+  expect_refused(d + "/mlp.pt", d + "/not-dict.pt", {},
+                 d + "/not-dict.pt holds a GenericList, expected a dict with 'x' and 'y'");
+  expect_refused(d + "/mlp.pt", d + "/truncated-pt.pt", {},
+                 d + "/truncated-pt.pt cannot be read: it is not a torch.save file");
+  expect_refused(d + "/mlp.pt", d + "/truncated-npy", {},
+                 d + "/truncated-npy/x.npy is truncated: its header says shape [20, 8]");
   expect_refused(d + "/mlp.pt", d + "/big-endian-npy", {}, d + "/big-endian-npy/x.npy holds numpy dtype '>f4'");
-  expect_refused(d + "/mlp.pt", d + "/float64-x.pt", {}, d + "/mlp.pt fails on the inputs 'x' of " + d + "/float64-x.pt (a batch of [20, 8] Double)");
-  expect_refused(d + "/mlp.pt", d + "/short-x.pt", {}, d + "/mlp.pt fails on the inputs 'x' of " + d + "/short-x.pt (a batch of [20, 7] Float)");
+  expect_refused(d + "/mlp.pt", d + "/float64-x.pt", {},
+                 d + "/mlp.pt fails on the inputs 'x' of " + d + "/float64-x.pt (a batch of [20, 8] Double)");
+  expect_refused(d + "/mlp.pt", d + "/short-x.pt", {},
+                 d + "/mlp.pt fails on the inputs 'x' of " + d + "/short-x.pt (a batch of [20, 7] Float)");
 }
 
 TEST_F(DdpTrainModel, RefusesASnapshotOfAnotherModelOrOptimizerNamingTheDifference) {
   model_io({"make-model", "mlp", dir_ + "/mlp.pt"});
   model_io({"make-model", "mlp", dir_ + "/narrow.pt", "--width", "16"});
   model_io({"make-data", "mlp", dir_ + "/data.pt", "--samples", "64"});
-  ASSERT_EQ(testing::run(ddp_train_model(dir_, dir_ + "/mlp.pt", dir_ + "/data.pt", {"--momentum", "0.5", "1", "1"})).status, 0);
+  ASSERT_EQ(
+      testing::run(ddp_train_model(dir_, dir_ + "/mlp.pt", dir_ + "/data.pt", {"--momentum", "0.5", "1", "1"})).status,
+      0);
   const Result narrow = testing::run(ddp_train_model(dir_, dir_ + "/narrow.pt", dir_ + "/data.pt", {"2", "1"}));
   EXPECT_EQ(narrow.status, 2) << narrow.output;
-  EXPECT_TRUE(contains(narrow.output, "'fc1.weight' is [32, 8] in the snapshot but [16, 8] in the model; resume with the "
-                                      "model it was written with (this run trains " + dir_ + "/narrow.pt)"))
+  EXPECT_TRUE(contains(narrow.output,
+                       "'fc1.weight' is [32, 8] in the snapshot but [16, 8] in the model; resume with the "
+                       "model it was written with (this run trains " +
+                           dir_ + "/narrow.pt)"))
       << narrow.output;
-  const Result adamw = testing::run(ddp_train_model(dir_, dir_ + "/mlp.pt", dir_ + "/data.pt", {"--optimizer", "adamw", "2", "1"}));
+  const Result adamw =
+      testing::run(ddp_train_model(dir_, dir_ + "/mlp.pt", dir_ + "/data.pt", {"--optimizer", "adamw", "2", "1"}));
   EXPECT_EQ(adamw.status, 2) << adamw.output;
-  EXPECT_TRUE(contains(adamw.output, "holds the state of --optimizer sgd, this run has --optimizer adamw")) << adamw.output;
+  EXPECT_TRUE(contains(adamw.output, "holds the state of --optimizer sgd, this run has --optimizer adamw"))
+      << adamw.output;
   EXPECT_FALSE(contains(adamw.output + narrow.output, "[CPU0] Epoch")) << adamw.output << narrow.output;
 }
 

@@ -26,8 +26,9 @@ std::string hostname() {
 }
 
 std::vector<std::string> mlp_run(const std::string& dir, const std::vector<std::string>& more) {
-  std::vector<std::string> argv{ddp_train(), "--snapshot-dir", dir, "--output", dir + "/final.pt", "--workload", "mlp",
-                                "--width", "512", "--samples", "4096"};
+  std::vector<std::string> argv{
+      ddp_train(), "--snapshot-dir", dir,   "--output", dir + "/final.pt", "--workload", "mlp", "--width",
+      "512",       "--samples",      "4096"};
   argv.insert(argv.end(), more.begin(), more.end());
   return argv;
 }
@@ -111,7 +112,8 @@ TEST(PeerCheck, AStoppedRankIsNamedByRankZeroAfterTheTimeout) {
   const std::string output2 = testing::read_text(ranks[2].output_path);
   EXPECT_EQ(rank0, 1) << output0;
   EXPECT_EQ(rank2, 1) << output2;
-  const std::string verdict = "rank 1 on " + hostname() + " (cpu) did not answer within 3 s after a collective failed (";
+  const std::string verdict =
+      "rank 1 on " + hostname() + " (cpu) did not answer within 3 s after a collective failed (";
   EXPECT_TRUE(contains(output0, "ddp-train: " + verdict)) << output0;
   EXPECT_TRUE(contains(output0, "): stopped, hung or gone\n")) << output0;
   EXPECT_TRUE(contains(output2, "ddp-train: rank 2: rank 0 found that " + verdict)) << output2;
@@ -126,15 +128,15 @@ TEST(FailureReport, TorchrunReadsDdpTrainsErrorFile) {
   const auto failed = testing::run({ddp_train(), "--batch-size", "0", "1", "0"},
                                    {{"TORCHELASTIC_ERROR_FILE", file}, {"TORCHELASTIC_RUN_ID", "12.3"}, {"RANK", "0"}});
   ASSERT_EQ(failed.status, 2) << failed.output;
-  const auto read = testing::run(
-      {python, "-c",
-       "import sys\n"
-       "from torch.distributed.elastic.multiprocessing.errors import ProcessFailure\n"
-       "f = ProcessFailure(local_rank=0, pid=1, exitcode=2, error_file=sys.argv[1])\n"
-       "print('message:', f.message['message'])\n"
-       "print('errorCode:', f.message['errorCode'], 'run_id:', f.message['extraInfo']['run_id'])\n"
-       "print('timestamp ok:', f.timestamp > 1600000000)\n",
-       file});
+  const auto read =
+      testing::run({python, "-c",
+                    "import sys\n"
+                    "from torch.distributed.elastic.multiprocessing.errors import ProcessFailure\n"
+                    "f = ProcessFailure(local_rank=0, pid=1, exitcode=2, error_file=sys.argv[1])\n"
+                    "print('message:', f.message['message'])\n"
+                    "print('errorCode:', f.message['errorCode'], 'run_id:', f.message['extraInfo']['run_id'])\n"
+                    "print('timestamp ok:', f.timestamp > 1600000000)\n",
+                    file});
   ASSERT_EQ(read.status, 0) << read.output;
   EXPECT_TRUE(contains(read.output, "message: --batch-size '0' is not a whole number of at least 1")) << read.output;
   EXPECT_TRUE(contains(read.output, "errorCode: 2 run_id: 12.3\n")) << read.output;

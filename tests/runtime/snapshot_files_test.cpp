@@ -40,7 +40,7 @@ std::vector<std::string> listing(const std::string& dir) {
 }
 
 unsigned mode_of(const std::string& path) {
-  struct stat info {};
+  struct stat info = {};
   EXPECT_EQ(lstat(path.c_str(), &info), 0) << path;
   return info.st_mode & 07777;
 }
@@ -116,9 +116,10 @@ TEST(SnapshotNames, CarryTheRunAndParseBackOnlyWhenExact) {
   ASSERT_TRUE(parsed);
   EXPECT_EQ(parsed->run_id, "resnet-a.2");
   EXPECT_EQ(parsed->global_step, 320);
-  for (const char* other : {"snapshot-e000010-s000000000320.pt", "snapshot-e10-s320-r4711.pt", "snapshot-e000010-s000000000320-r.pt",
-                            "snapshot-e000010-s000000000320-r4711.pt.corrupt", "snapshot-e000010-s000000000320-r.x.pt",
-                            "snapshot-e-00010-s000000000320-r4711.pt", "snapshot-e000010-s000000000320-ra/b.pt"}) {
+  for (const char* other :
+       {"snapshot-e000010-s000000000320.pt", "snapshot-e10-s320-r4711.pt", "snapshot-e000010-s000000000320-r.pt",
+        "snapshot-e000010-s000000000320-r4711.pt.corrupt", "snapshot-e000010-s000000000320-r.x.pt",
+        "snapshot-e-00010-s000000000320-r4711.pt", "snapshot-e000010-s000000000320-ra/b.pt"}) {
     EXPECT_FALSE(parse_snapshot_file_name(other)) << other;
   }
   EXPECT_TRUE(is_valid_run_id("1234"));
@@ -131,17 +132,20 @@ TEST(SnapshotNames, CarryTheRunAndParseBackOnlyWhenExact) {
 TEST(SnapshotNames, TheRunIsTheOptionElseTheSlurmJobElseTorchrunsElseDefault) {
   const auto run_of = [](std::vector<std::string> args, std::map<std::string, std::string> vars) {
     args.insert(args.end(), {"5", "1"});
-    return parse_train_args(args, [vars](const std::string& name) -> std::optional<std::string> {
-             const auto found = vars.find(name);
-             if (found == vars.end()) return std::nullopt;
-             return found->second;
-           }).run_id;
+    return parse_train_args(args,
+                            [vars](const std::string& name) -> std::optional<std::string> {
+                              const auto found = vars.find(name);
+                              if (found == vars.end()) return std::nullopt;
+                              return found->second;
+                            })
+        .run_id;
   };
   EXPECT_EQ(run_of({"--run-id", "mine"}, {{"SLURM_JOB_ID", "4711"}}), "mine");
   EXPECT_EQ(run_of({}, {{"SLURM_JOB_ID", "4711"}, {"TORCHELASTIC_RUN_ID", "4711.3"}}), "4711");
   EXPECT_EQ(run_of({}, {{"TORCHELASTIC_RUN_ID", "rdzv1"}}), "rdzv1");
   EXPECT_EQ(run_of({}, {}), "default");
-  EXPECT_NE(error_of([&] { run_of({"--run-id", "../x"}, {}); }).find("--run-id '../x' is not a run id"), std::string::npos);
+  const std::string refusal = error_of([&] { run_of({"--run-id", "../x"}, {}); });
+  EXPECT_NE(refusal.find("--run-id '../x' is not a run id"), std::string::npos) << refusal;
 }
 
 TEST(ZipDirectory, ListsTheRecordsOfAWholeArchive) {
@@ -200,8 +204,10 @@ TEST(SnapshotFile, RefusesAFifoALinkToDevZeroAndATruncatedFileAtOnce) {
   // In the snapshot directory a link is refused even when it points at a good file.
   ASSERT_EQ(symlink((dir + "/whole").c_str(), (dir + "/link").c_str()), 0);
   const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  EXPECT_NE(error_of([&] { SnapshotFile::open_in(dir_fd, dir, "link"); }).find("is a symbolic link"), std::string::npos);
-  EXPECT_NE(error_of([&] { SnapshotFile::open_in(dir_fd, dir, "fifo"); }).find("is not a regular file"), std::string::npos);
+  EXPECT_NE(error_of([&] { SnapshotFile::open_in(dir_fd, dir, "link"); }).find("is a symbolic link"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { SnapshotFile::open_in(dir_fd, dir, "fifo"); }).find("is not a regular file"),
+            std::string::npos);
   close(dir_fd);
 }
 
@@ -279,8 +285,8 @@ TEST(SnapshotFilesDir, RemovesStaleTemporariesOfItsRunButNeverOneALiveWriterHold
 TEST(SnapshotFilesDir, ListsThisRunsFilesNewestFirstAndSetsCorruptOnesAside) {
   const std::string dir = testing::make_temp_dir();
   SnapshotFiles files(dir, "7");
-  for (const SnapshotName& name : {SnapshotName{"7", 2, 64}, SnapshotName{"7", 10, 320}, SnapshotName{"8", 50, 9999},
-                                   SnapshotName{"7", 5, 160}}) {
+  for (const SnapshotName& name :
+       {SnapshotName{"7", 2, 64}, SnapshotName{"7", 10, 320}, SnapshotName{"8", 50, 9999}, SnapshotName{"7", 5, 160}}) {
     testing::write_bytes(files.path_of(name), "x");
   }
   testing::write_bytes(dir + "/snapshot.pt", "not a ddp-train name");

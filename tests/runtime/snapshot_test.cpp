@@ -87,8 +87,12 @@ void expect_same(const SnapshotContent& a, const SnapshotContent& b) {
   const OptimizerState& x = *a.optimizer;
   const OptimizerState& y = *b.optimizer;
   EXPECT_EQ(x.kind, y.kind);
-  for (const auto& [first, second] : {std::pair{x.lr, y.lr}, {x.initial_lr, y.initial_lr}, {x.momentum, y.momentum},
-                                      {x.weight_decay, y.weight_decay}, {x.beta1, y.beta1}, {x.beta2, y.beta2},
+  for (const auto& [first, second] : {std::pair{x.lr, y.lr},
+                                      {x.initial_lr, y.initial_lr},
+                                      {x.momentum, y.momentum},
+                                      {x.weight_decay, y.weight_decay},
+                                      {x.beta1, y.beta1},
+                                      {x.beta2, y.beta2},
                                       {x.eps, y.eps}}) {
     EXPECT_EQ(first, second);
   }
@@ -126,7 +130,7 @@ TEST(Snapshot, RoundTripsEverythingItHoldsInAPrivateFile) {
   const std::string path = store.save(saved);
   EXPECT_EQ(path, store.dir() + "/snapshot-e000003-s000000000320-r7.pt");
   expect_same(saved, read_snapshot(path));
-  struct stat info {};
+  struct stat info = {};
   ASSERT_EQ(stat(path.c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0600u) << "snapshots hold the user's weights";
 }
@@ -140,7 +144,8 @@ TEST(Snapshot, RoundTripsAdamWState) {
   o.weight_decay = 0.01;
   o.beta1 = 0.8;
   o.eps = 1e-6;
-  o.per_param = {{{"step", at::scalar_tensor(5.0, at::kFloat)}, {"exp_avg", at::full({4, 5}, 0.5f)},
+  o.per_param = {{{"step", at::scalar_tensor(5.0, at::kFloat)},
+                  {"exp_avg", at::full({4, 5}, 0.5f)},
                   {"exp_avg_sq", at::full({4, 5}, 0.125f)}},
                  {}};
   expect_same(saved, read_snapshot(store.save(saved)));
@@ -194,7 +199,8 @@ TEST(Snapshot, NewestValidWinsAndCorruptOrTruncatedOnesAreSetAsideWithAWarningNa
   EXPECT_EQ(found->content.progress.global_step, 10);
   ASSERT_EQ(warnings.lines.size(), 2u) << warnings.all();
   EXPECT_NE(warnings.lines[0].find(corrupt + " fails its checksum; set aside as " + corrupt + ".corrupt"),
-            std::string::npos) << warnings.lines[0];
+            std::string::npos)
+      << warnings.lines[0];
   EXPECT_NE(warnings.lines[1].find(truncated), std::string::npos) << warnings.lines[1];
   EXPECT_TRUE(fs::exists(corrupt + ".corrupt"));
   EXPECT_TRUE(fs::exists(truncated + ".corrupt"));
@@ -509,7 +515,8 @@ TEST(PickleReader, RefusesPythonObjectsAndLegacyFilesNamingThem) {
               std::string::npos)
         << e.what();
   }
-  ASSERT_EQ(testing::run({python, "-c", "import torch, sys; torch.save({'a': 1}, sys.argv[1], _use_new_zipfile_serialization=False)",
+  ASSERT_EQ(testing::run({python, "-c",
+                          "import torch, sys; torch.save({'a': 1}, sys.argv[1], _use_new_zipfile_serialization=False)",
                           dir + "/legacy.pt"})
                 .status,
             0);
@@ -604,7 +611,8 @@ int full_disk_worker() {
   save(3);
   fs::remove(dir + "/filler");
   save(4);
-  if (saved != 2 || warnings.lines.size() != 2) return fail_worker("space freed, the next snapshot is written: " + warnings.all());
+  if (saved != 2 || warnings.lines.size() != 2)
+    return fail_worker("space freed, the next snapshot is written: " + warnings.all());
   if (!fs::exists(dir + "/snapshots/" + snapshot_file_name({"7", 3, 4}))) return fail_worker("snapshot of step 4");
   fill(dir + "/filler");
   save(5);
@@ -623,7 +631,8 @@ int full_disk_worker() {
       refusal.find("No space left on device") == std::string::npos) {
     return fail_worker("the fourth snapshot after three failures stops the run: '" + refusal + "'");
   }
-  if (!fs::exists(dir + "/snapshots/" + snapshot_file_name({"7", 3, 4}))) return fail_worker("the last good snapshot is kept");
+  if (!fs::exists(dir + "/snapshots/" + snapshot_file_name({"7", 3, 4})))
+    return fail_worker("the last good snapshot is kept");
   std::cout << "full-disk worker: all checks passed\n" << warnings.all();
   return 0;
 }
