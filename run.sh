@@ -120,6 +120,13 @@ cmd_test() {
     fi
   done
   [ ${#failed[@]} -eq 0 ] || { echo "run.sh: failed on: ${failed[*]}" >&2; exit 1; }
+  # Every stack passed its suite: their snapshots must also resume on each other (the whole suite only).
+  if [ ${#chosen[@]} -eq ${#STACKS[@]} ] && [ $# -eq 0 ]; then
+    for s in "${STACKS[@]}"; do
+      [ "$s" = "$(host_stack)" ] || "$ROOT/tests/stacks/cross_stack.sh" "$(build_dir "$(host_stack)")" "$(build_dir "$s")" "${RELEASE_OF[$s]}" ||
+        { echo "run.sh: snapshots do not move between $(host_stack) and $s" >&2; exit 1; }
+    done
+  fi
 }
 
 case "${1:-demo}" in

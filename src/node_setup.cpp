@@ -45,9 +45,11 @@ void check_loads_safely(const std::string& xml) {
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
-  if (WIFSIGNALED(status)) {
-    throw Error("topology_xml " + quote(xml) + " in plugstack.conf crashes hwloc (signal " +
-                std::to_string(WTERMSIG(status)) +
+  // The child exits 0 whatever the load threw; a crash is a signal, or under a sanitizer its report's exit status.
+  if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0) {
+    const std::string how = WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                                : "exit status " + std::to_string(WEXITSTATUS(status));
+    throw Error("topology_xml " + quote(xml) + " in plugstack.conf crashes hwloc (" + how +
                 "): it is not an export hwloc can read; write it again with "
                 "'lstopo-no-graphics --of xml FILE'");
   }

@@ -69,7 +69,8 @@ if [ "\$NODE_RANK" = 1 ]; then exec $doctor "\$@" --master-port 1; fi
 exec $doctor "\$@"
 EOF
 chmod 0755 "$TEST_DIR/wrong_port.sh"
-assert_fails "master port unreachable from node2" run_on_cluster timeout 120 "${STEP[@]}" "$TEST_DIR/wrong_port.sh" \
+# --ddp-keep-going: rank 0's view too (by default srun ends the step when node2's ranks exit with their report).
+assert_fails "master port unreachable from node2" run_on_cluster timeout 120 "${STEP[@]}" --ddp-keep-going "$TEST_DIR/wrong_port.sh" \
   "${QUICK[@]}" --timeout 3 --json --snapshot-dir "$TEST_DIR/snap"
 expect_report "$FAILED_OUTPUT" "
 failed = rows('net.master_port', 'FAIL')
