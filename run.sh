@@ -21,7 +21,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libtorch-dev libgloo-dev libopenblas0-pthread python3-torch
   libgtest-dev nlohmann-json3-dev
-  iproute2 procps psmisc util-linux shellcheck python3-yaml clang-format
+  iproute2 procps psmisc util-linux e2fsprogs shellcheck python3-yaml clang-format
   file dpkg-dev bc
 )
 declare -A RELEASE_OF=([debian12]=bookworm [debian13]=trixie)

@@ -14,9 +14,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
@@ -105,6 +109,43 @@ void wait_for_listener(const Launch& launch, std::chrono::milliseconds timeout) 
   }
 }
 
+// Connects to the store and reads rank 0's proof, giving up at the deadline. LibTorch 2.6's TCPStore client waits
+// without a deadline for the answer to its first message, so a listener that never answers (another program on
+// the port) would hold this rank forever: the client runs on a thread of its own, left behind at the deadline (the
+// rank then exits with the error).
+std::pair<compat::StorePtr, std::string> read_proof(const std::string& host, c10d::TCPStoreOptions options,
+                                                     std::chrono::milliseconds deadline) {
+  struct Attempt {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    compat::StorePtr store;
+    std::string proof;
+  };
+  const auto attempt = std::make_shared<Attempt>();
+  std::thread([attempt, host, options, deadline] {
+    compat::StorePtr store;
+    std::string proof;
+    try {
+      store = compat::make_tcp_store(host, options);
+      store->setTimeout(deadline);
+      const std::vector<uint8_t> value = store->get(kProofKey);
+      proof.assign(value.begin(), value.end());
+    } catch (const std::exception&) {
+      proof.clear();
+    }
+    const std::lock_guard<std::mutex> lock(attempt->mutex);
+    attempt->store = std::move(store);
+    attempt->proof = std::move(proof);
+    attempt->done = true;
+    attempt->done_cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(attempt->mutex);
+  // The client's own timeouts come first; this bound is for the wait that has none.
+  if (!attempt->done_cv.wait_for(lock, deadline + std::chrono::seconds(2), [&] { return attempt->done; })) return {};
+  return {attempt->store, attempt->proof};
+}
+
 compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds timeout) {
   if (launch.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
@@ -132,16 +173,7 @@ compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds time
   wait_for_listener(launch, timeout);
   const auto proof_wait = std::min<std::chrono::milliseconds>(timeout, kProofWait);
   options.timeout = proof_wait;
-  compat::StorePtr store;
-  std::string proof;
-  try {
-    store = compat::make_tcp_store(launch.master_addr, options);
-    store->setTimeout(proof_wait);
-    const std::vector<uint8_t> value = store->get(kProofKey);
-    proof.assign(value.begin(), value.end());
-  } catch (const std::exception&) {
-    proof.clear();
-  }
+  auto [store, proof] = read_proof(launch.master_addr, options, proof_wait);
   if (proof != store_proof(launch)) {
     throw std::runtime_error("rank " + std::to_string(launch.rank) + ": the rendezvous store at " + where +
                              " did not prove within " + seconds(proof_wait) + " that it is this job's rank 0" +

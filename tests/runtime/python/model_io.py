@@ -30,7 +30,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import TensorDataset
+
 from torch.utils.data.distributed import DistributedSampler
+
+# As ddp-train runs TorchScript (script_model.cpp): without the graph executor's optimisations. With them, PyTorch
+# 2.6's profiling executor turns the module into differentiable subgraphs, and DDP's backward on Gloo never ends.
+torch._C._set_graph_executor_optimize(False)
 
 
 class Mlp(nn.Module):
