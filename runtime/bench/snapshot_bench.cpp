@@ -26,6 +26,12 @@ ddp::runtime::SnapshotContent state_of(double megabytes) {
     content.model_state.emplace_back("layer" + std::to_string(i) + ".weight",
                                      at::rand({std::min(layer, floats - done)}));
   }
+  // SGD with momentum, as ddp-train's built-in workloads train: one buffer the size of each parameter.
+  content.optimizer.emplace();
+  content.optimizer->momentum = 0.9;
+  for (const auto& [name, tensor] : content.model_state) {
+    content.optimizer->per_param.push_back({{"momentum_buffer", at::rand_like(tensor)}});
+  }
   content.rng_state = at::zeros({5056}, at::kByte);
   return content;
 }
