@@ -114,7 +114,7 @@ void wait_for_listener(const Launch& launch, std::chrono::milliseconds timeout) 
 // the port) would hold this rank forever: the client runs on a thread of its own, left behind at the deadline (the
 // rank then exits with the error).
 std::pair<compat::StorePtr, std::string> read_proof(const std::string& host, c10d::TCPStoreOptions options,
-                                                     std::chrono::milliseconds deadline) {
+                                                    std::chrono::milliseconds deadline) {
   struct Attempt {
     std::mutex mutex;
     std::condition_variable done_cv;
