@@ -53,13 +53,15 @@ build_dir() {  # STACK
   else echo "$ROOT/build-$1"; fi
 }
 
-# Debian 13's stack is built as C++20 (LibTorch 2.12 and later require it), Debian 12's as C++17.
+# Debian 13's stack is built as C++20 (LibTorch 2.12 and later require it), Debian 12's as C++17; Debian 13's
+# runtime is compiled once more as C++17, as users of LibTorch 2.0 to 2.11 build it (DDP_CHECK_OTHER_CXX_STANDARD).
 build() {
-  local stack dir standard=17
+  local stack dir standard=17 other_standard=OFF
   stack=$(host_stack)
   dir=$(build_dir "$stack")
-  [ "$stack" != debian13 ] || standard=20
-  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_FUZZ=ON -DCMAKE_CXX_STANDARD=$standard >/dev/null
+  [ "$stack" != debian13 ] || { standard=20; other_standard=ON; }
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_FUZZ=ON -DCMAKE_CXX_STANDARD=$standard \
+    -DDDP_CHECK_OTHER_CXX_STANDARD=$other_standard >/dev/null
   cmake --build "$dir" -j "$(nproc)"
 }
 
