@@ -9,7 +9,9 @@
  *  23.11  A SPANK failure marks the step failed and srun exits 1, also from user_init; a batch job's user_init
  *         failure still drains the node (and requeues the job). hostlist_t becomes a pointer type: ddp.so parses
  *         node lists itself (src/hostlist) and uses none of Slurm's hostlist functions.
- *  24.05  Remote option callbacks run once. SPANK options reach the remote side under srun/sbatch --export.
+ *  24.05  Remote option callbacks run once. SPANK options reach the remote side under srun/sbatch --export (on
+ *         22.05 --ddp holds under --export=NONE as well: it rides in the launch message and the batch job's
+ *         SLURM_SPANK_ variables, which --export does not filter).
  *  25.05  Any non-zero return of a callback is an error: ddp.so returns exactly 0 or -1 (guarded()). A failing
  *         slurm_spank_init drains the node unless the plugin's slurm_spank_init_failure_mode says otherwise:
  *         ddp.so's init fails only when Slurm refuses its option table, and then only the job fails.

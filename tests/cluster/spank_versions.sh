@@ -2,7 +2,8 @@
 # How the Slurm under test treats SPANK plugins, checked against what spank_plugin/slurm_versions.h says of its
 # version: how often remote option callbacks run, how srun ends when user_init or task_init fails, and that a
 # user_init failure in a batch job drains the node (why ddp.so never fails there). Then the same cases with ddp.so
-# itself: whatever the version, its refusals fail the step with exit status 1 and leave every node in service.
+# itself: whatever the version, its refusals fail the step with exit status 1 and leave every node in service, and
+# --ddp holds under srun's and sbatch's --export.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -60,8 +61,26 @@ check_ddp_refusals() {
   assert_eq "" "$(run_on_cluster sinfo -h -t drain,drained,draining,down -o %N)" "no node drained or down"
 }
 
+# --export limits what reaches the tasks from the caller's environment, not the plugin's options (24.05 made them
+# reach the remote side separately; on 22.05 they ride in the launch message): on every version, --ddp under
+# srun --export=NONE, and a batch job's #SBATCH --ddp under sbatch --export=NONE or an inner srun --export=NONE,
+# still give every task the contract.
+check_export() {
+  set_plugstack "required $DDP_CLUSTER_PLUGIN"
+  assert_eq $'0\n1' "$(run_on_cluster srun --export=NONE --ddp -N2 -n2 /usr/bin/printenv RANK | sort)" \
+    "RANK of srun --export=NONE --ddp on Slurm $version"
+  local job
+  job=$(submit --export=NONE --ddp -N1 -o "$TEST_DIR/export-none.out" --wrap "/usr/bin/srun -N1 -n1 /usr/bin/printenv WORLD_SIZE")
+  assert_eq COMPLETED "$(wait_job "$job")" "sbatch --export=NONE --ddp"
+  assert_eq 1 "$(cat "$TEST_DIR/export-none.out")" "WORLD_SIZE in a step of sbatch --export=NONE --ddp on Slurm $version"
+  job=$(submit --ddp -N1 -o "$TEST_DIR/inner-export-none.out" --wrap "srun --export=NONE -N1 -n1 /usr/bin/printenv WORLD_SIZE")
+  assert_eq COMPLETED "$(wait_job "$job")" "sbatch --ddp with srun --export=NONE"
+  assert_eq 1 "$(cat "$TEST_DIR/inner-export-none.out")" "WORLD_SIZE of srun --export=NONE in sbatch --ddp on Slurm $version"
+}
+
 check_option_callbacks
 check_step_failures
 check_batch_user_init_drains
 check_ddp_refusals
-pass "Slurm $version: option callbacks, step failures, batch drain; ddp.so's refusals drain nothing"
+check_export
+pass "Slurm $version: option callbacks, step failures, batch drain; ddp.so's refusals drain nothing; --ddp under --export"
