@@ -203,6 +203,31 @@ TEST(NodeSetup, RunningSystemBindsCpusItMayUse) {
   EXPECT_FALSE(apply_cpu_binding(0, binding.cpus).empty());
 }
 
+// Issue 12: the plugin's topology is never a file someone names. hwloc itself reads HWLOC_XMLFILE and
+// HWLOC_SYNTHETIC from the environment of the process that loads a topology; here that is this test's, as it
+// would be slurmstepd's if slurmd's environment held them. ddp-topo's loader follows them (the first check shows
+// each one takes effect); the plugin's does not.
+TEST(NodeSetup, TheRunningSystemIgnoresHwlocsVariablesInTheProcessEnvironment) {
+  const StepPlan plan = step_plan(1);
+  const NodeSetup plain = setup_node(plan, "127.0.0.1", "");
+  ASSERT_TRUE(plain.hardware);
+  const std::pair<const char*, std::string> overrides[] = {{"HWLOC_XMLFILE", kP4d},
+                                                           {"HWLOC_SYNTHETIC", "pack:3 core:5 pu:1"}};
+  for (const auto& [name, value] : overrides) {
+    ASSERT_EQ(setenv(name, value.c_str(), 1), 0);
+    const NodeHardware followed = load_node_hardware();
+    const NodeSetup node = setup_node(plan, "127.0.0.1", "");
+    unsetenv(name);
+    EXPECT_FALSE(followed.this_system) << name;
+    EXPECT_NE(followed.cores, plain.hardware->cores) << name;
+    ASSERT_TRUE(node.hardware);
+    EXPECT_TRUE(node.hardware->this_system) << name;
+    EXPECT_EQ(node.hardware->source, "this system") << name;
+    EXPECT_EQ(node.hardware->cores, plain.hardware->cores) << name;
+    EXPECT_EQ(node.hardware->gpus.size(), plain.hardware->gpus.size()) << name;
+  }
+}
+
 TEST(NodeSetup, NodeChecksFailOnAnUnwritableSnapshotDirectory) {
   StepPlan plan = step_plan(1);
   plan.master_addr = "localhost";
