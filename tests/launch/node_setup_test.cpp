@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "error.hpp"
+#include "id_list.hpp"
 #include "topology_cache.hpp"
 
 namespace ddp {
@@ -100,6 +101,23 @@ TEST(NodeSetup, SlurmsGpuListIsReplacedButTheUsersInterfaceIsKept) {
   EXPECT_EQ(var(env, "NCCL_SOCKET_IFNAME").origin, Origin::User);
   // GPUs 6 and 7 share the fourth host bridge with ens161.
   EXPECT_EQ(var(env, "GLOO_SOCKET_IFNAME").value, "ens161");
+}
+
+// Issue 16's bad input as --ddp-verbose prints it: the step's GPUs are socket 0's, its cores socket 1's. The line
+// names the rules that decided and says why the GPU is remote.
+TEST(NodeSetup, TheVerboseLineSaysWhyTheGpuIsRemote) {
+  NodeSetup node = p4d_node();
+  node.allowed_cpus = cpus_of_cores(*node.hardware, parse_id_list("24-47", "test cores"));
+  TaskEnv env(user_env({{"SLURM_STEP_GPUS", "0,1"}, {"CUDA_VISIBLE_DEVICES", "0,1"}}));
+  const TaskBinding binding = bind_task(node, step_plan(2), {1, 1}, env);
+  const std::string expected =
+      " why(gpu: one GPU per task, in device order; cpus: the step's cores (none local to its GPU): whole cores of "
+      "NUMA node 1, split 2 ways) note(GPU 0000:10:1d.0 is remote: it is local to CPUs 0-23,48-71, none of which the "
+      "step may use (it has 24-47,72-95), so the task runs on the step's CPUs and reaches its GPU across the CPU "
+      "interconnect)";
+  ASSERT_GE(binding.summary.size(), expected.size()) << binding.summary;
+  EXPECT_EQ(binding.summary.substr(binding.summary.size() - expected.size()), expected) << binding.summary;
+  EXPECT_EQ(binding.summary.rfind("gpu=cuda:1(0000:10:1d.0)", 0), 0u) << binding.summary;
 }
 
 TEST(NodeSetup, AUsersGpuListWithoutGresIsKept) {
