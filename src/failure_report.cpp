@@ -216,7 +216,8 @@ std::optional<ErrorReport> parse_error_report(const std::string& text, std::stri
     }
     const auto code = message->find("errorCode");
     if (code != message->end()) {
-      if (const auto value = whole_number(*code); value && *value <= 255) report.exit_code = static_cast<int>(*value);
+      const auto value = whole_number(*code);
+      if (value && *value >= 0 && *value <= 255) report.exit_code = static_cast<int>(*value);  // an exit status
     }
   } else {
     *why = "has a \"message\" that is neither text nor an object: not a torchrun error file";

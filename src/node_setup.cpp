@@ -60,7 +60,7 @@ NodeHardware load_hardware(const StepPlan& plan) {
     check_loads_safely(plan.topology_xml);
     return load_node_hardware(plan.topology_xml);
   }
-  if (plan.topology_cache.empty()) return load_node_hardware(std::nullopt);
+  if (plan.topology_cache.empty()) return load_this_system();
   if (const auto cached = trusted_topology_cache(plan.topology_cache)) {
     try {
       return load_system_hardware_from(*cached);
@@ -68,7 +68,7 @@ NodeHardware load_hardware(const StepPlan& plan) {
       // A damaged cache costs only speed: probe the system as if there were none.
     }
   }
-  return load_node_hardware(std::nullopt);
+  return load_this_system();
 }
 
 void export_binding(TaskEnv& env, const EnvPairs& pairs) {

@@ -1,7 +1,10 @@
 #include "topology.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <hwloc.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -35,8 +38,9 @@ std::string system_error_text() { return errno != 0 ? std::strerror(errno) : "un
 // OpenCL with their X11 and ICD libraries, although all are blacklisted below. In a fresh slurmstepd that cost
 // more than everything else --ddp does. Pointing hwloc at no plugin directory avoids it; the environment is
 // slurmstepd's own (not the tasks'), and a value the admin set is left alone. hwloc has no other way to say it,
-// and the environment is not thread-safe: it is written once per process, never removed again, so the window in
-// which another thread of slurmstepd could read it while it changes is one call, not two per topology load.
+// and the environment is not thread-safe: it is written once per process and never removed again, so the window
+// in which another thread of slurmstepd could read it while it changes is one call, not two per topology load;
+// the value left behind only keeps hwloc's plugins out of the process's later topology reads too.
 void without_hwloc_plugins() {
   static const bool done = [] {
     if (std::getenv("HWLOC_PLUGINS_PATH") == nullptr)
@@ -46,7 +50,9 @@ void without_hwloc_plugins() {
   (void)done;
 }
 
-TopologyPtr load_topology(const std::optional<std::string>& xml_path, bool xml_is_this_system = false) {
+// A topology set up to read what this file needs; `xml_of_this_system`: the XML it will read is an export of the
+// running system.
+TopologyPtr configured_topology(bool xml_of_this_system) {
   hwloc_topology_t raw = nullptr;
   without_hwloc_plugins();
   const int rc = hwloc_topology_init(&raw);
@@ -57,13 +63,19 @@ TopologyPtr load_topology(const std::optional<std::string>& xml_path, bool xml_i
   // Slurm numbers cores over the whole machine; a topology restricted to this process's cgroup would not.
   hwloc_topology_set_flags(
       raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED |
-               (xml_is_this_system ? static_cast<unsigned long>(HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM) : 0UL));
+               (xml_of_this_system ? static_cast<unsigned long>(HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM) : 0UL));
   // Linux's sysfs gives every PCI, network and RDMA device needed here. The plugins would load libpciaccess
   // (which leaks about 1 KiB per load in hwloc 2.9), OpenCL and CUDA drivers, or open X displays, inside
   // slurmstepd: not for a device list.
   for (const char* component : kUnwantedComponents) {
     hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, component);
   }
+  return topology;
+}
+
+TopologyPtr load_topology(const std::optional<std::string>& xml_path, bool xml_is_this_system = false) {
+  TopologyPtr topology = configured_topology(xml_is_this_system);
+  hwloc_topology_t raw = topology.get();
   errno = 0;
   if (xml_path && !std::ifstream(*xml_path)) {
     throw Error("topology file " + quote(*xml_path) + " cannot be read: " + system_error_text() +
@@ -77,6 +89,76 @@ TopologyPtr load_topology(const std::optional<std::string>& xml_path, bool xml_i
                 "; it must be hwloc 1.x or 2.x XML from 'lstopo --of xml'");
   }
   return topology;
+}
+
+// hwloc reads these from the environment of whichever process loads a topology, before anything the caller set,
+// and has no call to ignore them: HWLOC_XMLFILE, HWLOC_SYNTHETIC, HWLOC_FSROOT and HWLOC_CPUID_PATH put a file, a
+// description or another directory in place of the system; HWLOC_COMPONENTS picks the discovery components.
+constexpr const char* kHwlocSystemOverrides[] = {"HWLOC_XMLFILE", "HWLOC_SYNTHETIC", "HWLOC_FSROOT", "HWLOC_CPUID_PATH",
+                                                 "HWLOC_COMPONENTS"};
+
+bool write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The child's side of this_system_xml: 'X' and the export, or 'E' and why there is none.
+[[noreturn]] void probe_without_overrides(int out) {
+  for (const char* name : kHwlocSystemOverrides) unsetenv(name);
+  std::string reply;
+  try {
+    const TopologyPtr topology = load_topology(std::nullopt);
+    char* xml = nullptr;
+    int length = 0;
+    errno = 0;
+    if (hwloc_topology_export_xmlbuffer(topology.get(), &xml, &length, 0) != 0 || length < 1) {
+      throw Error("hwloc cannot export this system's topology: " + system_error_text());
+    }
+    reply = "X" + std::string(xml, static_cast<size_t>(length - 1));  // without hwloc's final NUL
+    hwloc_free_xmlbuffer(topology.get(), xml);
+  } catch (const std::exception& e) {
+    reply = std::string("E") + e.what();
+  }
+  _exit(write_all(out, reply.data(), reply.size()) ? 0 : 1);
+}
+
+// The running system's topology as hwloc XML, probed by a child process whose environment has none of hwloc's
+// overrides: the child's environment can change without another thread of the caller (slurmstepd) reading it.
+std::string this_system_xml() {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error("cannot probe this system's topology: " + system_error_text());
+  const pid_t child = fork();
+  if (child == 0) {
+    close(pipe_fds[0]);
+    probe_without_overrides(pipe_fds[1]);
+  }
+  const int fork_error = errno;
+  close(pipe_fds[1]);
+  std::string reply;
+  char buffer[1 << 16];
+  ssize_t n = 0;
+  while (child > 0 && ((n = read(pipe_fds[0], buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR))) {
+    if (n > 0) reply.append(buffer, static_cast<size_t>(n));
+  }
+  close(pipe_fds[0]);
+  if (child < 0) throw Error(std::string("cannot probe this system's topology: fork: ") + std::strerror(fork_error));
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!reply.empty() && reply[0] == 'E') throw Error(reply.substr(1));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || reply.empty()) {
+    throw Error("hwloc's probe of this system's topology ended without a result (" +
+                (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                     : "exit status " + std::to_string(WEXITSTATUS(status))) +
+                ")");
+  }
+  return reply.substr(1);
 }
 
 std::vector<unsigned> bitmap_ids(hwloc_const_bitmap_t bitmap) {
@@ -488,8 +570,9 @@ std::vector<std::pair<std::string, unsigned>> read_nvidia_device_numbers(const s
 }
 
 void export_system_topology(const std::string& path) {
-  const TopologyPtr topology = load_topology(std::nullopt);
-  if (hwloc_topology_export_xml(topology.get(), path.c_str(), 0) != 0) {
+  const std::string xml = this_system_xml();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!(out << xml) || !out.flush()) {
     throw Error("cannot write the topology to " + quote(path) + ": " + system_error_text());
   }
 }
@@ -497,6 +580,20 @@ void export_system_topology(const std::string& path) {
 NodeHardware load_system_hardware_from(const std::string& exported) {
   const TopologyPtr topology = load_topology(exported, true);
   NodeHardware hw = Inventory(topology.get()).take("this system (" + exported + ")");
+  hw.this_system = true;
+  apply_driver_device_numbers(hw);
+  return hw;
+}
+
+NodeHardware load_this_system() {
+  const std::string xml = this_system_xml();
+  const TopologyPtr topology = configured_topology(true);
+  errno = 0;
+  if (hwloc_topology_set_xmlbuffer(topology.get(), xml.c_str(), static_cast<int>(xml.size() + 1)) != 0 ||
+      hwloc_topology_load(topology.get()) != 0) {
+    throw Error("hwloc cannot read its own export of this system's topology: " + system_error_text());
+  }
+  NodeHardware hw = Inventory(topology.get()).take("this system");
   hw.this_system = true;
   apply_driver_device_numbers(hw);
   return hw;

@@ -3,6 +3,10 @@
 // an XML export) and kept as plain values: GPUs (NVIDIA or AMD, found as gpus.hpp says), network interfaces,
 // RDMA devices, cores, and how close each GPU is to each device. hwloc itself stays inside topology.cpp; nothing
 // here holds hwloc objects.
+//
+// The first topology read sets HWLOC_PLUGINS_PATH in the process environment (unless it is set) and never unsets
+// it: hwloc would otherwise load all its plugins on every read, and the environment is not thread-safe in
+// slurmstepd, so it is written once, not set and removed around each read (topology.cpp says more).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -97,13 +101,22 @@ struct NodeHardware {
 };
 
 // Reads the topology of `xml_path`, else of $HWLOC_XMLFILE when set, else of the running system, with its
-// I/O devices. On the running system the whole machine is read, even CPUs this process may not use, so core
-// numbers match Slurm's, and GPU device numbers come from the NVIDIA driver (/proc/driver/nvidia/gpus) when it
-// is loaded, else from PCI bus order. Throws ddp::Error naming the file or hwloc's failure.
+// I/O devices: for the tools a user runs (ddp-topo, ddp-doctor). On the running system the whole machine is read,
+// even CPUs this process may not use, so core numbers match Slurm's, and GPU device numbers come from the NVIDIA
+// driver (/proc/driver/nvidia/gpus) when it is loaded, else from PCI bus order. Throws ddp::Error naming the file
+// or hwloc's failure.
 NodeHardware load_node_hardware(const std::optional<std::string>& xml_path = std::nullopt);
 
-// The running system's topology written to `path` as hwloc XML, and read back as this system (CPU binding and
-// driver device numbers apply): reading the XML costs a fraction of probing sysfs again (topology_cache.hpp).
+// The running system, whatever the process environment holds: the plugin's topology, which must never be a file
+// someone names. hwloc itself reads HWLOC_XMLFILE, HWLOC_SYNTHETIC, HWLOC_FSROOT, HWLOC_CPUID_PATH and
+// HWLOC_COMPONENTS from the environment of the process that loads a topology, and has no call to ignore them, so a
+// child process without them probes the system and hands it over as XML (a fork and an XML import more than a
+// probe in place). Throws ddp::Error with hwloc's failure.
+NodeHardware load_this_system();
+
+// The running system's topology as load_this_system() reads it, written to `path` as hwloc XML, and read back as
+// this system (CPU binding and driver device numbers apply): reading the XML costs a fraction of probing sysfs
+// again (topology_cache.hpp).
 void export_system_topology(const std::string& path);
 NodeHardware load_system_hardware_from(const std::string& exported);
 

@@ -138,13 +138,28 @@ class Unpickler {
     if (item.callable != Callable::None) fail("it uses the Python global " + item.name + " as a value");
     return item.value;
   }
-  c10::impl::GenericList list_on_top() {
+  // Pickle fills a list or dict before it puts it inside another value, except for a value that contains itself:
+  // that one is added to after it was put inside (or into itself). Such values are refused: their reference
+  // counts never reach zero (memory lost on every read), and whatever walks them never ends.
+  void contain(const c10::IValue& value) {
+    if (value.isList() || value.isGenericDict()) contained_.emplace(value.internalToPointer(), value);
+  }
+  void contain(const std::vector<c10::IValue>& values) {
+    for (const c10::IValue& value : values) contain(value);
+  }
+  const c10::IValue& target_on_top() {
     const c10::IValue& target = top().value;
+    if ((target.isList() || target.isGenericDict()) && contained_.count(target.internalToPointer()) > 0)
+      fail("its pickle adds to a list or dict after putting it inside a value (a value that contains itself)");
+    return target;
+  }
+  c10::impl::GenericList list_on_top() {
+    const c10::IValue& target = target_on_top();
     if (!target.isList()) fail("its pickle appends to something that is not a list");
     return target.toList();
   }
   c10::impl::GenericDict dict_on_top() {
-    const c10::IValue& target = top().value;
+    const c10::IValue& target = target_on_top();
     if (!target.isGenericDict()) fail("its pickle sets an item of something that is not a dict");
     return target.toGenericDict();
   }
@@ -153,7 +168,10 @@ class Unpickler {
       fail("it has a dict key of type " + key.tagKind() + "; keys must be str or int");
     dict.insert_or_assign(key, value);
   }
-  static c10::IValue tuple(std::vector<c10::IValue> values) { return c10::ivalue::Tuple::create(std::move(values)); }
+  c10::IValue tuple(std::vector<c10::IValue> values) {
+    contain(values);
+    return c10::ivalue::Tuple::create(std::move(values));
+  }
   std::vector<c10::IValue> pop_n(std::size_t n) {
     std::vector<c10::IValue> values(n);
     for (std::size_t i = n; i-- > 0;) values[i] = pop_value();
@@ -196,21 +214,26 @@ class Unpickler {
       case ']': push(c10::impl::GenericList(c10::AnyType::get())); break;
       case 'l': {  // LIST
         c10::impl::GenericList list(c10::AnyType::get());
-        for (c10::IValue& v : pop_to_mark()) list.push_back(std::move(v));
+        std::vector<c10::IValue> values = pop_to_mark();
+        contain(values);
+        for (c10::IValue& v : values) list.push_back(std::move(v));
         push(list);
       } break;
       case 'a': {  // APPEND
         c10::IValue v = pop_value();
+        contain(v);
         list_on_top().push_back(std::move(v));
       } break;
       case 'e': {  // APPENDS
         std::vector<c10::IValue> values = pop_to_mark();
+        contain(values);
         c10::impl::GenericList list = list_on_top();
         for (c10::IValue& v : values) list.push_back(std::move(v));
       } break;
       case '}': push(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get())); break;
       case 'd': {  // DICT
         const std::vector<c10::IValue> values = pop_to_mark();
+        contain(values);
         c10::impl::GenericDict dict(c10::AnyType::get(), c10::AnyType::get());
         set_items(dict, values);
         push(dict);
@@ -218,11 +241,13 @@ class Unpickler {
       case 's': {  // SETITEM
         const c10::IValue v = pop_value();
         const c10::IValue k = pop_value();
+        contain(v);
         c10::impl::GenericDict dict = dict_on_top();
         set_item(dict, k, v);
       } break;
       case 'u': {  // SETITEMS
         const std::vector<c10::IValue> values = pop_to_mark();
+        contain(values);
         c10::impl::GenericDict dict = dict_on_top();
         set_items(dict, values);
       } break;
@@ -375,6 +400,8 @@ class Unpickler {
   std::vector<Item> stack_;
   std::vector<std::size_t> marks_;
   std::unordered_map<uint64_t, Item> memo_;
+  // Lists and dicts put inside another value, by address; held, so that no new one takes a freed one's address.
+  std::unordered_map<const void*, c10::IValue> contained_;
 };
 
 // A record's bytes can be used in place when the zip stores them uncompressed. The local header that precedes

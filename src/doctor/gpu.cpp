@@ -192,6 +192,13 @@ std::vector<CheckResult> check_driver_report(const DriverQuery& query, GpuVendor
     if (pci_gpus == 0) {
       return {skipped("gpu.driver", std::string("no ") + to_string(vendor) + " GPU on the PCI bus; " + query.error)};
     }
+    // NVIDIA's driver installs NVML with itself, so its absence beside NVIDIA GPUs is a node fault. ROCm SMI is a
+    // package of its own (rocm-smi-lib), not part of the amdgpu driver: without it only this check goes.
+    if (vendor == GpuVendor::Amd && !query.loaded) {
+      return {skipped("gpu.driver", "this node has " + std::to_string(pci_gpus) +
+                                        " AMD GPU(s) but no ROCm SMI library to ask about them (" + query.error +
+                                        "); install ROCm SMI (rocm-smi-lib) to check them")};
+    }
     return {make_result("gpu.driver", Status::Fail, "no driver library", "driver loaded",
                         "this node has " + std::to_string(pci_gpus) + " " + to_string(vendor) + " GPU(s) but " +
                             query.error + "; " + hints(vendor).install)};

@@ -54,7 +54,8 @@ struct DriverQuery {
 };
 
 // gpu.driver: versions, and whether the library sees the GPUs the task should use (`usable`) of the `pci_gpus`
-// on the bus. gpu.memory: memory already in use on a GPU before training starts.
+// on the bus. gpu.memory: memory already in use on a GPU before training starts. Without the library: a skip, except
+// NVIDIA GPUs without NVML (a driver that is not installed), which fail.
 std::vector<CheckResult> check_driver_report(const DriverQuery& query, GpuVendor vendor, size_t pci_gpus,
                                              size_t usable);
 

@@ -67,6 +67,14 @@ TEST(FailureReport, ReadsTheFlatFormAndTorchrunsErrorCode) {
   ASSERT_TRUE(coded) << why;
   EXPECT_EQ(coded->exit_code, 1);
   EXPECT_EQ(coded->run_id, "7.1");
+  // Found by tests/fuzz/failure_report_fuzz: a negative errorCode became "exit code -1" (and one below INT_MIN
+  // wrapped around). An exit status is 0-255; anything else is no exit code.
+  for (const char* code : {"-1", "256", "-9223372036854775808"}) {
+    const std::string text = R"json({"message": {"message": "boom", "errorCode": )json" + std::string(code) + "}}";
+    const auto odd = parse_error_report(text, &why);
+    ASSERT_TRUE(odd) << why;
+    EXPECT_FALSE(odd->exit_code) << code << " became " << *odd->exit_code;
+  }
 }
 
 TEST(FailureReport, RefusesWhatIsNotAnErrorFile) {

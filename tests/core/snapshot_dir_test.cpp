@@ -95,6 +95,22 @@ TEST_F(SnapshotDirTest, AFileIsNotADirectory) {
             std::string::npos);
 }
 
+// Issue 12 (low): the plugin logs these errors to slurmd's log (slurm_error, one line per failure). A path the user
+// chose with a line break or a terminal escape in it must come out quoted, one line, with those bytes as '?'.
+TEST_F(SnapshotDirTest, APathWithControlCharactersIsLoggedQuotedOnOneLine) {
+  const std::string hostile = root_ + "/evil\n[ddp] forged line\x1b[2J";
+  std::FILE* created = std::fopen(hostile.c_str(), "w");
+  ASSERT_NE(created, nullptr);
+  std::fclose(created);
+  const std::string message = error_of([&] { prepare_snapshot_dir(hostile + "/below", kOption, kDeadline); });
+  EXPECT_EQ(message.find_first_of("\n\r\x1b"), std::string::npos) << message;
+  EXPECT_NE(message.find("snapshot directory '" + root_ + "/evil?[ddp] forged line?[2J/below'"), std::string::npos)
+      << message;
+  const std::string expanded = error_of([] { expand_path_template("/fsx/%x", {"alice", "1", "a/\nb\x1b"}); });
+  EXPECT_EQ(expanded.find_first_of("\n\x1b"), std::string::npos) << expanded;
+  EXPECT_NE(expanded.find("the job name 'a/?b?'"), std::string::npos) << expanded;
+}
+
 TEST_F(SnapshotDirTest, RefusesALinkAsTheLastComponentButFollowsOneAbove) {
   ASSERT_EQ(mkdir((root_ + "/real").c_str(), 0700), 0);
   ASSERT_EQ(symlink((root_ + "/real").c_str(), (root_ + "/link").c_str()), 0);

@@ -60,16 +60,29 @@ TEST(RocmSmi, InitFailureIsReportedWithRocmSmisOwnWords) {
   EXPECT_TRUE(contains(results.front().detail, "this node has 4 AMD GPU(s) but rsmi_init")) << results.front().detail;
 }
 
-TEST(RocmSmi, MissingOrForeignLibraryIsASkipWithoutGpusAndAFailWithThem) {
+// Issue 16: AMD GPUs are reported through ROCm SMI when it is installed, and skipped cleanly when not: unlike NVML,
+// which NVIDIA's driver installs, ROCm SMI is a package of its own. A library that loads but is not ROCm SMI is a
+// broken installation, and fails.
+TEST(RocmSmi, AMissingLibraryIsASkipWithOrWithoutGpusAndAForeignOneFails) {
   const DriverQuery missing = query_rocm_smi("/nonexistent/librocm_smi64.so.1");
   EXPECT_FALSE(missing.loaded);
   EXPECT_TRUE(contains(missing.error, "cannot load /nonexistent/librocm_smi64.so.1"));
   EXPECT_EQ(check_driver_report(missing, GpuVendor::Amd, 0, 0).front().status, Status::Skip);
-  EXPECT_EQ(check_driver_report(missing, GpuVendor::Amd, 2, 2).front().status, Status::Fail);
+  const auto with_gpus = check_driver_report(missing, GpuVendor::Amd, 2, 2);
+  ASSERT_EQ(with_gpus.size(), 1u);
+  EXPECT_EQ(with_gpus.front().check, "gpu.driver");
+  EXPECT_EQ(with_gpus.front().status, Status::Skip);
+  EXPECT_TRUE(contains(with_gpus.front().detail,
+                       "this node has 2 AMD GPU(s) but no ROCm SMI library to ask about "
+                       "them (cannot load /nonexistent/librocm_smi64.so.1"))
+      << with_gpus.front().detail;
+  EXPECT_TRUE(contains(with_gpus.front().detail, "install ROCm SMI (rocm-smi-lib)")) << with_gpus.front().detail;
+  EXPECT_FALSE(contains(with_gpus.front().detail, "\n")) << with_gpus.front().detail;
   const DriverQuery foreign = query_rocm_smi("libc.so.6");
   EXPECT_TRUE(foreign.loaded);
   EXPECT_FALSE(foreign.report);
   EXPECT_TRUE(contains(foreign.error, "lacks ROCm SMI entry points"));
+  EXPECT_EQ(check_driver_report(foreign, GpuVendor::Amd, 2, 2).front().status, Status::Fail);
   // A node without GPUs and without either library: one clean skip.
   const GpuLibraries none{"/nonexistent/libnvidia-ml.so.1", {"/nonexistent/librocm_smi64.so.1"}};
   const auto results = check_gpu_libraries(NodeGpus{}, 0, none);

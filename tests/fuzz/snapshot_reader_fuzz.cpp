@@ -1,7 +1,7 @@
 // libFuzzer target: the snapshot reader's check of a file before LibTorch reads it: the zip directory at the end
 // of a snapshot, against the file's size, read through SnapshotFile as ddp-train reads a snapshot. Every record it
-// accepts lies inside the file, so nothing allocated for it can exceed the file. (LibTorch's unpickler behind
-// it is swept with corrupted real snapshots in the runtime tests: Snapshot.CorruptedBytesAnywhere...)
+// accepts lies inside the file, so nothing allocated for it can exceed the file. (What the reader does with the
+// records after this check is torch_save_fuzz's.)
 #include <cstdint>
 #include <cstdlib>
 

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "error.hpp"
+#include "id_list.hpp"
 #include "topology_cache.hpp"
 
 namespace ddp {
@@ -100,6 +101,23 @@ TEST(NodeSetup, SlurmsGpuListIsReplacedButTheUsersInterfaceIsKept) {
   EXPECT_EQ(var(env, "NCCL_SOCKET_IFNAME").origin, Origin::User);
   // GPUs 6 and 7 share the fourth host bridge with ens161.
   EXPECT_EQ(var(env, "GLOO_SOCKET_IFNAME").value, "ens161");
+}
+
+// Issue 16's bad input as --ddp-verbose prints it: the step's GPUs are socket 0's, its cores socket 1's. The line
+// names the rules that decided and says why the GPU is remote.
+TEST(NodeSetup, TheVerboseLineSaysWhyTheGpuIsRemote) {
+  NodeSetup node = p4d_node();
+  node.allowed_cpus = cpus_of_cores(*node.hardware, parse_id_list("24-47", "test cores"));
+  TaskEnv env(user_env({{"SLURM_STEP_GPUS", "0,1"}, {"CUDA_VISIBLE_DEVICES", "0,1"}}));
+  const TaskBinding binding = bind_task(node, step_plan(2), {1, 1}, env);
+  const std::string expected =
+      " why(gpu: one GPU per task, in device order; cpus: the step's cores (none local to its GPU): whole cores of "
+      "NUMA node 1, split 2 ways) note(GPU 0000:10:1d.0 is remote: it is local to CPUs 0-23,48-71, none of which the "
+      "step may use (it has 24-47,72-95), so the task runs on the step's CPUs and reaches its GPU across the CPU "
+      "interconnect)";
+  ASSERT_GE(binding.summary.size(), expected.size()) << binding.summary;
+  EXPECT_EQ(binding.summary.substr(binding.summary.size() - expected.size()), expected) << binding.summary;
+  EXPECT_EQ(binding.summary.rfind("gpu=cuda:1(0000:10:1d.0)", 0), 0u) << binding.summary;
 }
 
 TEST(NodeSetup, AUsersGpuListWithoutGresIsKept) {
@@ -201,6 +219,31 @@ TEST(NodeSetup, RunningSystemBindsCpusItMayUse) {
   const TaskBinding binding = bind_task(node, plan, {0, 0}, env);
   EXPECT_FALSE(binding.cpus.empty());
   EXPECT_FALSE(apply_cpu_binding(0, binding.cpus).empty());
+}
+
+// Issue 12: the plugin's topology is never a file someone names. hwloc itself reads HWLOC_XMLFILE and
+// HWLOC_SYNTHETIC from the environment of the process that loads a topology; here that is this test's, as it
+// would be slurmstepd's if slurmd's environment held them. ddp-topo's loader follows them (the first check shows
+// each one takes effect); the plugin's does not.
+TEST(NodeSetup, TheRunningSystemIgnoresHwlocsVariablesInTheProcessEnvironment) {
+  const StepPlan plan = step_plan(1);
+  const NodeSetup plain = setup_node(plan, "127.0.0.1", "");
+  ASSERT_TRUE(plain.hardware);
+  const std::pair<const char*, std::string> overrides[] = {{"HWLOC_XMLFILE", kP4d},
+                                                           {"HWLOC_SYNTHETIC", "pack:3 core:5 pu:1"}};
+  for (const auto& [name, value] : overrides) {
+    ASSERT_EQ(setenv(name, value.c_str(), 1), 0);
+    const NodeHardware followed = load_node_hardware();
+    const NodeSetup node = setup_node(plan, "127.0.0.1", "");
+    unsetenv(name);
+    EXPECT_FALSE(followed.this_system) << name;
+    EXPECT_NE(followed.cores, plain.hardware->cores) << name;
+    ASSERT_TRUE(node.hardware);
+    EXPECT_TRUE(node.hardware->this_system) << name;
+    EXPECT_EQ(node.hardware->source, "this system") << name;
+    EXPECT_EQ(node.hardware->cores, plain.hardware->cores) << name;
+    EXPECT_EQ(node.hardware->gpus.size(), plain.hardware->gpus.size()) << name;
+  }
 }
 
 TEST(NodeSetup, NodeChecksFailOnAnUnwritableSnapshotDirectory) {

@@ -347,6 +347,51 @@ TEST(Plan, AGpuOfTheWholeMachineKeepsItsShareBesideSocketGpus) {
             (std::vector<std::vector<unsigned>>{ids("0"), ids("2"), ids("1,3")}));
 }
 
+// In every fixture where two GPUs have different closest NICs, their PCIe paths differ too, so the PCIe rule decides
+// before the NIC rule is asked. This node is written out so that only the NIC can decide: one socket of four
+// single-CPU cores, four GPUs each under its own host bridge (NODE to one another), GPUs 0 and 1 closest to eth0,
+// GPUs 2 and 3 to eth1.
+NodeHardware gpus_tied_but_for_their_nic() {
+  NodeHardware hw;
+  hw.source = "a one-socket test node";
+  hw.packages = 1;
+  hw.pus = 4;
+  hw.cores = {{0}, {1}, {2}, {3}};
+  hw.localities = {{ids("0-3"), {0, 1, 2, 3}}};
+  hw.gpu_vendor = GpuVendor::Nvidia;
+  for (const char* name : {"eth0", "eth1"}) {
+    NetInterface net;
+    net.name = name;
+    hw.nets.push_back(net);
+  }
+  for (size_t g = 0; g < 4; ++g) {
+    Gpu gpu;
+    gpu.pci_bus_id = "0000:" + std::to_string(g + 1) + "0:00.0";
+    gpu.device_number = static_cast<unsigned>(g);
+    gpu.package = 0;
+    gpu.to_gpu.assign(4, Closeness::Node);
+    gpu.to_gpu[g] = Closeness::Pix;
+    gpu.nic = g / 2;
+    gpu.to_net = {g / 2 == 0 ? Closeness::Phb : Closeness::Node, g / 2 == 1 ? Closeness::Phb : Closeness::Node};
+    hw.gpus.push_back(gpu);
+  }
+  NumaNode node;
+  node.locality = 0;
+  hw.numa_nodes.push_back(node);
+  return hw;
+}
+
+TEST(Plan, TheNicDecidesWhenPciePathsTie) {
+  const NodeHardware hw = gpus_tied_but_for_their_nic();
+  const NodePlan plan = plan_node(hw, tasks(2));
+  // Device order alone would give task 1 GPU 1, on task 0's NIC.
+  EXPECT_EQ(gpu_bus_ids(hw, plan), (std::vector<std::string>{"0000:10:00.0", "0000:30:00.0"}));
+  EXPECT_EQ(plan.tasks[0].gpu_rule, "first in device order");
+  EXPECT_EQ(plan.tasks[1].gpu_rule, "its own NIC, then device order");
+  EXPECT_EQ(nic_names(hw, plan), (std::vector<std::string>{"eth0", "eth1"}));
+  EXPECT_EQ(plan.visible_devices, "0,2,1,3");
+}
+
 TEST(Plan, CpusOfSlurmCoresAndBadInput) {
   const NodeHardware& hw = test::p4d();
   EXPECT_EQ(cpus_of_cores(hw, {0, 47}), ids("0,47-48,95"));
