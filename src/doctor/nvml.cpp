@@ -1,8 +1,6 @@
 #include "doctor/nvml.hpp"
 
-#include <dlfcn.h>
-
-#include <memory>
+#include "doctor/shared_library.hpp"
 
 namespace ddp::doctor {
 namespace {
@@ -25,18 +23,6 @@ using NameFn = int (*)(NvmlDevice, char*, unsigned);
 using MemoryFn = int (*)(NvmlDevice, NvmlMemory*);
 using ErrorStringFn = const char* (*)(int);
 
-struct Library {
-  explicit Library(const std::string& path) : handle(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {}
-  ~Library() {
-    if (handle != nullptr) dlclose(handle);
-  }
-  template <typename Fn>
-  Fn symbol(const char* name) const {
-    return reinterpret_cast<Fn>(dlsym(handle, name));
-  }
-  void* handle;
-};
-
 struct Api {
   InitFn init;
   ShutdownFn shutdown;
@@ -49,20 +35,16 @@ struct Api {
   ErrorStringFn error_string;
 };
 
-std::optional<Api> bind(const Library& library) {
-  Api api{library.symbol<InitFn>("nvmlInit_v2"),
-          library.symbol<ShutdownFn>("nvmlShutdown"),
-          library.symbol<DriverVersionFn>("nvmlSystemGetDriverVersion"),
-          library.symbol<CudaVersionFn>("nvmlSystemGetCudaDriverVersion"),
-          library.symbol<CountFn>("nvmlDeviceGetCount_v2"),
-          library.symbol<HandleFn>("nvmlDeviceGetHandleByIndex_v2"),
-          library.symbol<NameFn>("nvmlDeviceGetName"),
-          library.symbol<MemoryFn>("nvmlDeviceGetMemoryInfo"),
-          library.symbol<ErrorStringFn>("nvmlErrorString")};
-  if (!api.init || !api.shutdown || !api.driver_version || !api.cuda_version || !api.count || !api.handle ||
-      !api.name || !api.memory || !api.error_string) {
-    return std::nullopt;
-  }
+std::optional<Api> bind(const SharedLibrary& library) {
+  Api api{};
+  const bool complete =
+      library.bind("nvmlInit_v2", api.init) && library.bind("nvmlShutdown", api.shutdown) &&
+      library.bind("nvmlSystemGetDriverVersion", api.driver_version) &&
+      library.bind("nvmlSystemGetCudaDriverVersion", api.cuda_version) &&
+      library.bind("nvmlDeviceGetCount_v2", api.count) && library.bind("nvmlDeviceGetHandleByIndex_v2", api.handle) &&
+      library.bind("nvmlDeviceGetName", api.name) && library.bind("nvmlDeviceGetMemoryInfo", api.memory) &&
+      library.bind("nvmlErrorString", api.error_string);
+  if (!complete) return std::nullopt;
   return api;
 }
 
@@ -95,8 +77,8 @@ std::string read_info(const Api& api, NvmlInfo& info) {
 
 NvmlQuery query_nvml(const std::string& library_path) {
   NvmlQuery query;
-  const Library library(library_path);
-  if (library.handle == nullptr) {
+  const SharedLibrary library(library_path);
+  if (!library.loaded()) {
     query.error = "cannot load " + library_path + " (the NVIDIA driver is not installed here)";
     return query;
   }
