@@ -50,15 +50,19 @@ std::optional<Api> bind(const SharedLibrary& library) {
 
 std::string failed(const Api& api, const char* call, int rc) { return std::string(call) + ": " + api.error_string(rc); }
 
+std::string cuda_version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+}
+
 // Reads everything with NVML initialised; returns the error text of the first call that failed.
-std::string read_info(const Api& api, NvmlInfo& info) {
-  char text[96] = {};
-  if (const int rc = api.driver_version(text, sizeof text); rc != 0)
+std::string read_report(const Api& api, DriverReport& report) {
+  char driver[96] = {};
+  if (const int rc = api.driver_version(driver, sizeof driver); rc != 0) {
     return failed(api, "nvmlSystemGetDriverVersion", rc);
-  info.driver_version = text;
-  if (const int rc = api.cuda_version(&info.cuda_version); rc != 0) {
-    return failed(api, "nvmlSystemGetCudaDriverVersion", rc);
   }
+  int cuda = 0;
+  if (const int rc = api.cuda_version(&cuda); rc != 0) return failed(api, "nvmlSystemGetCudaDriverVersion", rc);
+  report.versions = "driver " + std::string(driver) + ", CUDA " + cuda_version_text(cuda);
   unsigned count = 0;
   if (const int rc = api.count(&count); rc != 0) return failed(api, "nvmlDeviceGetCount", rc);
   for (unsigned i = 0; i < count; ++i) {
@@ -68,15 +72,15 @@ std::string read_info(const Api& api, NvmlInfo& info) {
     if (const int rc = api.handle(i, &device); rc != 0) return failed(api, "nvmlDeviceGetHandleByIndex", rc);
     if (const int rc = api.name(device, name, sizeof name); rc != 0) return failed(api, "nvmlDeviceGetName", rc);
     if (const int rc = api.memory(device, &memory); rc != 0) return failed(api, "nvmlDeviceGetMemoryInfo", rc);
-    info.gpus.push_back({name, memory.total, memory.used});
+    report.gpus.push_back({name, memory.total, memory.used});
   }
   return "";
 }
 
 }  // namespace
 
-NvmlQuery query_nvml(const std::string& library_path) {
-  NvmlQuery query;
+DriverQuery query_nvml(const std::string& library_path) {
+  DriverQuery query;
   const SharedLibrary library(library_path);
   if (!library.loaded()) {
     query.error = "cannot load " + library_path + " (the NVIDIA driver is not installed here)";
@@ -92,32 +96,11 @@ NvmlQuery query_nvml(const std::string& library_path) {
     query.error = failed(*api, "nvmlInit", rc);
     return query;
   }
-  NvmlInfo info;
-  query.error = read_info(*api, info);
+  DriverReport report;
+  query.error = read_report(*api, report);
   api->shutdown();
-  if (query.error.empty()) query.info = std::move(info);
+  if (query.error.empty()) query.report = std::move(report);
   return query;
-}
-
-DriverQuery driver_query(const NvmlQuery& query) {
-  DriverQuery converted;
-  converted.loaded = query.loaded;
-  converted.error = query.error;
-  if (query.info) {
-    DriverReport report;
-    report.versions = "driver " + query.info->driver_version + ", CUDA " + cuda_version_text(query.info->cuda_version);
-    for (const NvmlGpu& gpu : query.info->gpus) report.gpus.push_back({gpu.name, gpu.memory_total, gpu.memory_used});
-    converted.report = std::move(report);
-  }
-  return converted;
-}
-
-std::vector<CheckResult> check_nvml(const NvmlQuery& query, size_t pci_gpus, size_t usable) {
-  return check_driver_report(driver_query(query), GpuVendor::Nvidia, pci_gpus, usable);
-}
-
-std::string cuda_version_text(int version) {
-  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
 }
 
 }  // namespace ddp::doctor
