@@ -1,7 +1,5 @@
 #include "doctor/node_speed.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -9,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "doctor/cpu.hpp"
 #include "doctor/shared_library.hpp"
 #include "socket.hpp"
 
@@ -54,13 +53,6 @@ void blocked_sgemm(int n, const float* a, const float* b, float* c) {
   }
 }
 
-unsigned usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
-
 // How many times a measurement runs: up to kRepeats, the first always, the others until `deadline`.
 bool another_round(int done, Deadline deadline) { return done == 0 || (done < kRepeats && !deadline.expired()); }
 
@@ -86,7 +78,7 @@ CheckResult measure_gemm(bool quick, Deadline deadline) {
 
 CheckResult measure_memory(bool quick, Deadline deadline) {
   const size_t elements = (quick ? 4u : 16u) << 20;  // 32 or 128 MiB per array of doubles, three arrays
-  const unsigned threads = usable_cpus();
+  const unsigned threads = usable_cores();
   std::unique_ptr<double[]> a(new double[elements]), b(new double[elements]), c(new double[elements]);
   const auto each = [&](auto&& body) {
     std::vector<std::thread> workers;
