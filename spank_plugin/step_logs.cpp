@@ -1,11 +1,9 @@
 // The step's failure reports (src/step_logs.hpp). Tasks, before exec and as the user: the log directory and the
 // variables that point there. srun: the step's id before launch, and at exit its directory removed when empty, or
 // the first failure named when reports are left.
-#include <pwd.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 
 #include "dispatch.h"
 #include "error.hpp"
@@ -43,18 +41,9 @@ std::string& launched_run_id() {
   return run_id;
 }
 
-std::string srun_user_home() {
-  passwd entry{};
-  passwd* found = nullptr;
-  char buffer[4096];
-  if (getpwuid_r(getuid(), &entry, buffer, sizeof buffer, &found) != 0 || found == nullptr || !found->pw_dir) return "";
-  return found->pw_dir;
-}
-
 // srun's view of the directory the tasks used: the same DDP_LOG_DIR (srun's environment is the tasks') and home.
 std::optional<std::string> srun_step_dir() {
-  const char* value = std::getenv(ddp::kLogDirVariable);
-  const auto base = ddp::log_base(value ? std::optional<std::string>(value) : std::nullopt, srun_user_home());
+  const auto base = ddp::own_log_base();
   if (!base) return std::nullopt;
   return ddp::step_log_dir(*base, launched_run_id());
 }

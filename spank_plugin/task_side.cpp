@@ -4,7 +4,6 @@
 // per-boot cache or the running system, never the job's HWLOC_XMLFILE (ddp-topo --xml plans for a file).
 // user_init failures would only say "launch failed" and leave srun's exit code 0, so every problem is kept
 // and reported from task_init, which fails the step with srun exit code 1.
-#include <pwd.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,6 +14,7 @@
 #include "plugin_state.hpp"
 #include "resolve.hpp"
 #include "snapshot_dir.hpp"
+#include "user.hpp"
 
 using namespace ddp::spank;
 
@@ -28,27 +28,21 @@ uint32_t item_u32(spank_t sp, spank_item_t item, const char* what) {
   return value;
 }
 
-std::string user_name(spank_t sp) {
+uid_t job_uid(spank_t sp) {
   uid_t uid = 0;
   if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) throw ddp::Error("Slurm did not provide the job's uid");
-  passwd entry{};
-  passwd* found = nullptr;
-  char buffer[4096];
-  // No name: %u is refused with a message rather than becoming the uid.
-  if (getpwuid_r(uid, &entry, buffer, sizeof buffer, &found) != 0 || found == nullptr) return "";
-  return found->pw_name;
+  return uid;
+}
+
+// No name: %u is refused with a message rather than becoming the uid.
+std::string user_name(spank_t sp) {
+  const auto user = ddp::find_user(job_uid(sp));
+  return user ? user->name : "";
 }
 
 std::string user_home(spank_t sp) {
-  uid_t uid = 0;
-  if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) return "";
-  passwd entry{};
-  passwd* found = nullptr;
-  char buffer[4096];
-  if (getpwuid_r(uid, &entry, buffer, sizeof buffer, &found) != 0 || found == nullptr || found->pw_dir == nullptr) {
-    return "";
-  }
-  return found->pw_dir;
+  const auto user = ddp::find_user(job_uid(sp));
+  return user ? user->home : "";
 }
 
 std::string step_cores(spank_t sp) {

@@ -107,6 +107,7 @@ Launch launch_from_environment(const EnvLookup& env) {
   launch.socket_ifnames = split(env("GLOO_SOCKET_IFNAME").value_or(""), ',');
   if (const auto key = env(kJobKeyVariable); key && is_job_key(*key)) launch.job_key = *key;
   launch.omp_num_threads = outer_thread_count(env("OMP_NUM_THREADS").value_or(""));
+  launch.srun_without_pmix = env("SLURM_STEP_ID") && !env("PMIX_RANK") && !env("OMPI_COMM_WORLD_RANK");
   return launch;
 }
 

@@ -35,6 +35,9 @@ struct Launch {
   int restart_count = 0;                    // TORCHELASTIC_RESTART_COUNT
   std::vector<std::string> socket_ifnames;  // GLOO_SOCKET_IFNAME, comma separated as PyTorch reads it
   std::optional<int> omp_num_threads;       // the outer level of OMP_NUM_THREADS ("4,2" is 4)
+  // A task of a Slurm step (SLURM_STEP_ID) that neither Slurm's PMIx plugin (PMIX_RANK) nor mpirun
+  // (OMPI_COMM_WORLD_RANK) started: MPI_Init would have no one to ask for its peers.
+  bool srun_without_pmix = false;
 };
 
 // Throws ddp::Error naming the variable, its value and the fix: a malformed number, a rank outside the world,

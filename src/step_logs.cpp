@@ -7,8 +7,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "env.hpp"
 #include "error.hpp"
 #include "parse.hpp"
+#include "user.hpp"
 
 namespace ddp {
 namespace {
@@ -47,6 +49,11 @@ std::optional<std::string> log_base(const std::optional<std::string>& ddp_log_di
   }
   if (home.empty() || home[0] != '/') return std::nullopt;
   return (home == "/" ? "" : home) + "/.cache/slurm-ddp";
+}
+
+std::optional<std::string> own_log_base() {
+  const auto user = find_user(getuid());
+  return log_base(process_environment()(kLogDirVariable), user ? user->home : "");
 }
 
 std::string step_log_dir(const std::string& base, const std::string& run_id) {

@@ -22,6 +22,10 @@ constexpr const char* kLogDirVariable = "DDP_LOG_DIR";
 // DDP_LOG_DIR that is not an absolute path; nullopt when neither is known (no home directory).
 std::optional<std::string> log_base(const std::optional<std::string>& ddp_log_dir, const std::string& home);
 
+// The log base as srun and ddp-why find it: DDP_LOG_DIR of this process's environment, else the home directory of
+// the calling user (getuid); they run as the job's user, in its environment. Throws as log_base does.
+std::optional<std::string> own_log_base();
+
 // <base>/<run id>, the run id being TORCHELASTIC_RUN_ID (<job id>.<step id>).
 std::string step_log_dir(const std::string& base, const std::string& run_id);
 

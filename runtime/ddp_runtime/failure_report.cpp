@@ -8,29 +8,9 @@
 #include <cstdio>
 #include <cstring>
 
-namespace ddp::runtime {
+#include "json_string.hpp"
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char escaped[8];
-          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned char>(c));
-          out += escaped;
-        } else {
-          out += c;  // UTF-8 passes through as it is
-        }
-    }
-  }
-  return out + "\"";
-}
+namespace ddp::runtime {
 
 namespace {
 

@@ -13,9 +13,6 @@
 
 namespace ddp::runtime {
 
-// `text` as a JSON string literal, quotes included (ddp-train's JSON lines use it too).
-std::string json_string(const std::string& text);
-
 // The report's text.
 std::string error_report_json(const std::string& message, int exit_status, const EnvLookup& env, double time);
 

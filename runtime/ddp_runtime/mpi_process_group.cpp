@@ -280,12 +280,10 @@ class MpiGroup final : public compat::GroupImplementation {
   std::chrono::milliseconds timeout_;
 };
 
-// A task of srun finds its MPI peers only through Slurm's PMIx plugin (which sets PMIX_RANK); without it, OpenMPI's
-// MPI_Init aborts with a page about PMI support. Ranks that mpirun started (also inside an allocation) have
-// OMPI_COMM_WORLD_RANK.
-void require_pmix_under_srun() {
-  if (std::getenv("SLURM_STEP_ID") != nullptr && std::getenv("PMIX_RANK") == nullptr &&
-      std::getenv("OMPI_COMM_WORLD_RANK") == nullptr) {
+// A task of srun finds its MPI peers only through Slurm's PMIx plugin; without it, OpenMPI's MPI_Init aborts with a
+// page about PMI support.
+void require_pmix_under_srun(const Launch& launch) {
+  if (launch.srun_without_pmix) {
     throw Error(
         "backend mpi under srun needs Slurm's PMIx plugin to start MPI; launch with srun --mpi=pmix --ddp=mpi "
         "(or set MpiDefault=pmix in slurm.conf), or use --ddp=gloo");
@@ -294,21 +292,22 @@ void require_pmix_under_srun() {
 
 }  // namespace
 
-compat::ProcessGroupPtr make_mpi_group(int rank, int size, std::chrono::milliseconds timeout) {
-  require_pmix_under_srun();
+compat::ProcessGroupPtr make_mpi_group(const Launch& launch, std::chrono::milliseconds timeout) {
+  require_pmix_under_srun(launch);
   const MpiWorld world = init_mpi();
-  if (world.rank != rank || world.size != size) {
+  if (world.rank != launch.rank || world.size != launch.world_size) {
     throw Error("backend mpi: MPI started this process as rank " + std::to_string(world.rank) + " of " +
-                std::to_string(world.size) + " but the launcher's environment says rank " + std::to_string(rank) +
-                " of " + std::to_string(size) + "; start the ranks with mpirun -np N or srun --mpi=pmix");
+                std::to_string(world.size) + " but the launcher's environment says rank " +
+                std::to_string(launch.rank) + " of " + std::to_string(launch.world_size) +
+                "; start the ranks with mpirun -np N or srun --mpi=pmix");
   }
   start_mpi_thread();
-  return compat::as_host_process_group(c10::make_intrusive<MpiGroup>(rank, size, timeout));
+  return compat::as_host_process_group(c10::make_intrusive<MpiGroup>(launch.rank, launch.world_size, timeout));
 }
 
 #else
 
-compat::ProcessGroupPtr make_mpi_group(int, int, std::chrono::milliseconds) {
+compat::ProcessGroupPtr make_mpi_group(const Launch&, std::chrono::milliseconds) {
   throw Error(
       "backend mpi: the MPI process group is not built into this ddp-train (MPI was not found at configure "
       "time); install libopenmpi-dev and rebuild, or use DDP_BACKEND=gloo (srun --ddp=gloo)");

@@ -12,12 +12,13 @@
 #include <chrono>
 
 #include "ddp_runtime/c10d_compat.hpp"
+#include "launch.hpp"
 
 namespace ddp::runtime {
 
-// Initialises MPI once and returns a group of MPI_COMM_WORLD. Throws ddp::Error when MPI's rank or size differs
-// from the launcher's `rank` and `size` (such as srun without --mpi=pmix: each task is a lone MPI process), or
-// where MPI was not built in. A collective that has not completed after `timeout` aborts the job.
-compat::ProcessGroupPtr make_mpi_group(int rank, int size, std::chrono::milliseconds timeout);
+// Initialises MPI once and returns a group of MPI_COMM_WORLD. Throws ddp::Error for a task of srun without
+// --mpi=pmix (launch.srun_without_pmix), when MPI's rank or size differs from the launcher's, or where MPI was not
+// built in. A collective that has not completed after `timeout` aborts the job.
+compat::ProcessGroupPtr make_mpi_group(const Launch& launch, std::chrono::milliseconds timeout);
 
 }  // namespace ddp::runtime

@@ -6,16 +6,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <condition_variable>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -27,6 +21,7 @@
 #include "ddp_runtime/mpi_process_group.hpp"
 #include "error.hpp"
 #include "netif.hpp"
+#include "socket.hpp"
 
 namespace ddp::runtime {
 namespace {
@@ -78,33 +73,21 @@ std::runtime_error unreachable(const Launch& launch, std::chrono::milliseconds t
 // Waits until something accepts connections at MASTER_ADDR:MASTER_PORT (rank 0 may start later), without a word
 // to it: what listens there has yet to prove it is rank 0's store.
 void wait_for_listener(const Launch& launch, std::chrono::milliseconds timeout) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(launch.master_port);
-  if (const int rc = getaddrinfo(launch.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    throw unreachable(launch, timeout, std::string("cannot resolve it: ") + gai_strerror(rc));
+  try {
+    resolve(launch.master_addr, launch.master_port, SOCK_STREAM, 0);
+  } catch (const NetError& e) {
+    throw unreachable(launch, timeout, std::string("cannot resolve it: ") + e.what());
   }
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, freeaddrinfo);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::string last = "nothing listens there";
+  const Deadline deadline = Deadline::after(timeout);
   for (;;) {
-    for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
-      const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd < 0) continue;
-      int error = connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
-      if (error == EINPROGRESS) {
-        pollfd writable{fd, POLLOUT, 0};
-        socklen_t length = sizeof error;
-        error = poll(&writable, 1, 1000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 ? error
-                                                                                                            : ETIMEDOUT;
-      }
-      close(fd);
-      if (error == 0) return;
-      last = std::strerror(error);
+    try {
+      // At most a second an attempt: a connection whose SYN was lost is tried again rather than waited out.
+      const auto attempt = std::chrono::milliseconds(std::min(1000, deadline.poll_ms()));
+      Socket::connect_to(launch.master_addr, launch.master_port, Deadline::after(attempt));
+      return;
+    } catch (const NetError& e) {
+      if (deadline.expired()) throw unreachable(launch, timeout, e.what());
     }
-    if (std::chrono::steady_clock::now() >= deadline) throw unreachable(launch, timeout, last);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
@@ -200,7 +183,7 @@ std::string choose_backend(Backend hint) {
 
 // Gloo and NCCL meet through a TCPStore; MPI has its launcher's rendezvous (mpirun, PMIx under srun).
 compat::ProcessGroupPtr make_group(Launch& launch, const std::string& backend, std::chrono::milliseconds timeout) {
-  if (backend == "mpi") return make_mpi_group(launch.rank, launch.world_size, timeout);
+  if (backend == "mpi") return make_mpi_group(launch, timeout);
   compat::StorePtr store;
   if (launch.source == LaunchSource::OpenMpi && launch.master_addr.empty()) {
     // Rank 0 hosts the store first, on MASTER_PORT or a port the kernel picks, and only then tells the others over

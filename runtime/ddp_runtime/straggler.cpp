@@ -7,7 +7,7 @@
 #include <atomic>
 #include <cstdio>
 
-#include "ddp_runtime/failure_report.hpp"
+#include "json_string.hpp"
 
 namespace ddp::runtime {
 namespace {

@@ -153,7 +153,8 @@ TimeBudget time_budget(const DoctorOptions& options) {
   TimeBudget budget{};
   budget.meet = 2 * timeout;
   budget.disk_write = options.quick ? seconds(3) : seconds(20);
-  budget.node_checks = budget.disk_write + seconds(30) + timeout;
+  budget.node_speed = options.quick ? seconds(2) : seconds(10);
+  budget.node_checks = budget.disk_write + budget.node_speed + seconds(30) + timeout;
   budget.exchange = timeout;
   budget.clock = timeout;
   budget.shared_dir = timeout + seconds(3);

@@ -42,7 +42,9 @@ struct TimeBudget {
   ms meet;         // 2 x --timeout: rank 0 waits --timeout for the ranks, which wait as long again for its answer
   ms clock;        // --timeout: the leaders' probes of rank 0's clock
   ms disk_write;   // the snapshot write test: 3 s with --quick, else 20 s
-  ms node_checks;  // the disk write + 30 s for NVML, hwloc and name lookups, + --timeout to exchange the results
+  ms node_speed;   // the node's GEMM and memory bandwidth (node_speed.hpp): 2 s with --quick, else 10 s
+  ms node_checks;  // the disk write + the node speed + 30 s for NVML, hwloc and name lookups, + --timeout to
+                   // exchange the results
   ms exchange;     // --timeout: one exchange between ranks (clock offsets, the report, the exit status)
   ms shared_dir;   // --timeout + 3 s for a network file system to show the other nodes' files
   ms link_stream;  // the point-to-point stream: 0.5 s with --quick, else 3 s

@@ -209,7 +209,7 @@ std::vector<CheckResult> check_driver_report(const DriverQuery& query, GpuVendor
 std::vector<CheckResult> check_gpu_libraries(const NodeGpus& node, size_t usable, const GpuLibraries& libraries) {
   const std::vector<std::string> rocm_smi =
       libraries.rocm_smi.empty() ? default_rocm_smi_libraries() : libraries.rocm_smi;
-  const auto nvml = [&] { return driver_query(libraries.nvml.empty() ? query_nvml() : query_nvml(libraries.nvml)); };
+  const auto nvml = [&] { return libraries.nvml.empty() ? query_nvml() : query_nvml(libraries.nvml); };
   if (node.vendor == GpuVendor::Nvidia) return check_driver_report(nvml(), GpuVendor::Nvidia, node.gpus.size(), usable);
   if (node.vendor == GpuVendor::Amd) {
     return check_driver_report(first_rocm_smi(rocm_smi), GpuVendor::Amd, node.gpus.size(), usable);

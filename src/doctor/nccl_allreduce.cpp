@@ -1,13 +1,14 @@
 #include "doctor/nccl_allreduce.hpp"
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 #include <nccl.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
+
+#include "doctor/shared_library.hpp"
 
 namespace ddp::doctor {
 namespace {
@@ -33,37 +34,30 @@ struct Api {
   decltype(&ncclGetErrorString) nccl_error_string;
 };
 
-template <typename Fn>
-bool resolve(void* library, const char* name, Fn& fn) {
-  fn = reinterpret_cast<Fn>(dlsym(library, name));
-  return fn != nullptr;
-}
-
-// Loads both libraries once per process; `error` says what is missing.
+// Loads both libraries once per process, for good (CUDA's threads outlive any unload); `error` says what is missing.
 const Api* load_api(std::string& error) {
   static std::string load_error;
   static const Api* api = []() -> const Api* {
-    void* cudart = dlopen(DDP_CUDART_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-    void* nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (cudart == nullptr || nccl == nullptr) {
-      load_error = std::string("cannot load ") + (cudart == nullptr ? DDP_CUDART_LIBRARY : "libnccl.so.2");
+    SharedLibrary cudart(DDP_CUDART_LIBRARY);
+    SharedLibrary nccl("libnccl.so.2");
+    cudart.keep();
+    nccl.keep();
+    if (!cudart.loaded() || !nccl.loaded()) {
+      load_error = std::string("cannot load ") + (cudart.loaded() ? "libnccl.so.2" : DDP_CUDART_LIBRARY);
       return nullptr;
     }
     static Api loaded{};
     const bool complete =
-        resolve(cudart, "cudaGetDeviceCount", loaded.get_device_count) &&
-        resolve(cudart, "cudaSetDevice", loaded.set_device) &&
-        resolve(cudart, "cudaGetErrorString", loaded.error_string) && resolve(cudart, "cudaMalloc", loaded.malloc) &&
-        resolve(cudart, "cudaFree", loaded.free) && resolve(cudart, "cudaMemcpy", loaded.memcpy) &&
-        resolve(cudart, "cudaStreamCreate", loaded.stream_create) &&
-        resolve(cudart, "cudaStreamDestroy", loaded.stream_destroy) &&
-        resolve(cudart, "cudaStreamQuery", loaded.stream_query) &&
-        resolve(nccl, "ncclGetUniqueId", loaded.get_unique_id) &&
-        resolve(nccl, "ncclCommInitRankConfig", loaded.init_rank_config) &&
-        resolve(nccl, "ncclCommGetAsyncError", loaded.async_error) &&
-        resolve(nccl, "ncclAllReduce", loaded.all_reduce) && resolve(nccl, "ncclCommFinalize", loaded.finalize) &&
-        resolve(nccl, "ncclCommDestroy", loaded.destroy) && resolve(nccl, "ncclCommAbort", loaded.abort) &&
-        resolve(nccl, "ncclGetErrorString", loaded.nccl_error_string);
+        cudart.bind("cudaGetDeviceCount", loaded.get_device_count) && cudart.bind("cudaSetDevice", loaded.set_device) &&
+        cudart.bind("cudaGetErrorString", loaded.error_string) && cudart.bind("cudaMalloc", loaded.malloc) &&
+        cudart.bind("cudaFree", loaded.free) && cudart.bind("cudaMemcpy", loaded.memcpy) &&
+        cudart.bind("cudaStreamCreate", loaded.stream_create) &&
+        cudart.bind("cudaStreamDestroy", loaded.stream_destroy) &&
+        cudart.bind("cudaStreamQuery", loaded.stream_query) && nccl.bind("ncclGetUniqueId", loaded.get_unique_id) &&
+        nccl.bind("ncclCommInitRankConfig", loaded.init_rank_config) &&
+        nccl.bind("ncclCommGetAsyncError", loaded.async_error) && nccl.bind("ncclAllReduce", loaded.all_reduce) &&
+        nccl.bind("ncclCommFinalize", loaded.finalize) && nccl.bind("ncclCommDestroy", loaded.destroy) &&
+        nccl.bind("ncclCommAbort", loaded.abort) && nccl.bind("ncclGetErrorString", loaded.nccl_error_string);
     if (!complete) {
       load_error = "the CUDA runtime or NCCL lacks an entry point this tool uses (too old)";
       return nullptr;

@@ -1,14 +1,15 @@
 #include "doctor/node_speed.hpp"
 
-#include <dlfcn.h>
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
+
+#include "doctor/cpu.hpp"
+#include "doctor/shared_library.hpp"
+#include "socket.hpp"
 
 namespace ddp::doctor {
 namespace {
@@ -24,18 +25,16 @@ constexpr const char* kMemory = "node.memory_bw";
 using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
 
 struct Blas {
-  void* handle = nullptr;
   Sgemm sgemm = nullptr;
   std::string name;
 };
 
-// Debian's libblas.so.3 is whichever BLAS the system chose (OpenBLAS, BLIS, the reference), with CBLAS inside. It
-// stays loaded: a BLAS with threads of its own does not always survive dlclose.
+// Debian's libblas.so.3 is whichever BLAS the system chose (OpenBLAS, BLIS, the reference), with CBLAS inside.
 Blas open_blas() {
   Blas blas;
-  blas.handle = dlopen("libblas.so.3", RTLD_NOW | RTLD_LOCAL);
-  if (blas.handle != nullptr) blas.sgemm = reinterpret_cast<Sgemm>(dlsym(blas.handle, "cblas_sgemm"));
-  blas.name = blas.sgemm != nullptr ? "libblas.so.3" : "a blocked loop (no libblas.so.3)";
+  SharedLibrary library("libblas.so.3");
+  library.keep();
+  blas.name = library.bind("cblas_sgemm", blas.sgemm) ? "libblas.so.3" : "a blocked loop (no libblas.so.3)";
   return blas;
 }
 
@@ -54,19 +53,16 @@ void blocked_sgemm(int n, const float* a, const float* b, float* c) {
   }
 }
 
-unsigned usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
+// How many times a measurement runs: up to kRepeats, the first always, the others until `deadline`.
+bool another_round(int done, Deadline deadline) { return done == 0 || (done < kRepeats && !deadline.expired()); }
 
-CheckResult measure_gemm(bool quick) {
+CheckResult measure_gemm(bool quick, Deadline deadline) {
   const int n = quick ? 384 : 1024;
   const Blas blas = open_blas();
   std::vector<float> a(static_cast<size_t>(n) * n, 1.0f), b(a.size(), 0.5f), c(a.size(), 0.0f);
   double best = 0;
-  for (int repeat = 0; repeat < kRepeats; ++repeat) {
+  int repeat = 0;
+  for (; another_round(repeat, deadline); ++repeat) {
     const auto start = Clock::now();
     if (blas.sgemm != nullptr) {
       blas.sgemm(101, 111, 111, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
@@ -77,12 +73,12 @@ CheckResult measure_gemm(bool quick) {
   }
   return make_result(kCompute, Status::Ok, format_fixed(best / 1e9, 1) + " GFLOP/s", "",
                      "single-precision GEMM " + std::to_string(n) + "x" + std::to_string(n) + " through " + blas.name +
-                         ", best of " + std::to_string(kRepeats));
+                         ", best of " + std::to_string(repeat));
 }
 
-CheckResult measure_memory(bool quick) {
+CheckResult measure_memory(bool quick, Deadline deadline) {
   const size_t elements = (quick ? 4u : 16u) << 20;  // 32 or 128 MiB per array of doubles, three arrays
-  const unsigned threads = usable_cpus();
+  const unsigned threads = usable_cores();
   std::unique_ptr<double[]> a(new double[elements]), b(new double[elements]), c(new double[elements]);
   const auto each = [&](auto&& body) {
     std::vector<std::thread> workers;
@@ -98,7 +94,8 @@ CheckResult measure_memory(bool quick) {
     std::fill(&c[0] + begin, &c[0] + end, 2.0);
   });
   double best = 0;
-  for (int repeat = 0; repeat < kRepeats; ++repeat) {
+  int repeat = 0;
+  for (; another_round(repeat, deadline); ++repeat) {
     const auto start = Clock::now();
     each([&](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) a[i] = b[i] + 3.0 * c[i];
@@ -107,7 +104,7 @@ CheckResult measure_memory(bool quick) {
   }
   return make_result(kMemory, Status::Ok, format_fixed(best / 1e9, 2) + " GB/s", "",
                      "STREAM triad over 3 x " + format_bytes(elements * sizeof(double)) + ", " +
-                         std::to_string(threads) + " threads, best of " + std::to_string(kRepeats));
+                         std::to_string(threads) + " threads, best of " + std::to_string(repeat));
 }
 
 double value_of(const CheckResult& result) { return std::strtod(result.value.c_str(), nullptr); }
@@ -143,7 +140,11 @@ void grade_kind(std::vector<CheckResult>& all, const std::string& check, double 
 
 }  // namespace
 
-std::vector<CheckResult> measure_node_speed(bool quick) { return {measure_gemm(quick), measure_memory(quick)}; }
+std::vector<CheckResult> measure_node_speed(bool quick, std::chrono::milliseconds budget) {
+  const Deadline end = Deadline::after(budget);
+  CheckResult compute = measure_gemm(quick, Deadline::after(budget / 2));
+  return {std::move(compute), measure_memory(quick, end)};
+}
 
 void grade_node_speeds(std::vector<CheckResult>& all, double threshold_pct) {
   grade_kind(all, kCompute, threshold_pct);

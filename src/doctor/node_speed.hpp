@@ -3,19 +3,22 @@
 // misconfigured CPU, a busy neighbour, memory on the wrong NUMA setting) slows every step of a DDP run. Each node's
 // leader measures, at the same time as the others:
 //   node.compute    single-precision GEMM (the BLAS of libblas.so.3 where there is one, else a blocked loop) on the
-//                   task's CPUs, best of 3, in GFLOP/s
+//                   task's CPUs, best of up to 3, in GFLOP/s
 //   node.memory_bw  STREAM's triad a = b + s*c over arrays far larger than the caches, one thread per usable core,
-//                   best of 3, in GB/s
+//                   best of up to 3, in GB/s
 // and rank 0 marks WARN every node below the median of all nodes by more than the threshold (--straggler-threshold,
 // 20% as ddp-train's). On GPUs the measure is of the node's CPUs: a GEMM on the GPU is not measured here.
+#include <chrono>
 #include <vector>
 
 #include "doctor/check.hpp"
 
 namespace ddp::doctor {
 
-// The two measurements of this node, Ok until graded; `quick` uses smaller matrices and arrays.
-std::vector<CheckResult> measure_node_speed(bool quick);
+// The two measurements of this node, Ok until graded; `quick` uses smaller matrices and arrays. Each runs up to 3
+// times, the GEMM within the first half of `budget` and STREAM within the rest; the first run of each always
+// completes (a fraction of a second on any node that can train).
+std::vector<CheckResult> measure_node_speed(bool quick, std::chrono::milliseconds budget);
 
 // Rank 0, on every rank's results: node.compute and node.memory_bw rows below the median of their kind by more than
 // `threshold_pct` percent become WARN, saying by how much; the others say the median they were compared with.

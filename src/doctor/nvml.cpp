@@ -1,8 +1,6 @@
 #include "doctor/nvml.hpp"
 
-#include <dlfcn.h>
-
-#include <memory>
+#include "doctor/shared_library.hpp"
 
 namespace ddp::doctor {
 namespace {
@@ -25,18 +23,6 @@ using NameFn = int (*)(NvmlDevice, char*, unsigned);
 using MemoryFn = int (*)(NvmlDevice, NvmlMemory*);
 using ErrorStringFn = const char* (*)(int);
 
-struct Library {
-  explicit Library(const std::string& path) : handle(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {}
-  ~Library() {
-    if (handle != nullptr) dlclose(handle);
-  }
-  template <typename Fn>
-  Fn symbol(const char* name) const {
-    return reinterpret_cast<Fn>(dlsym(handle, name));
-  }
-  void* handle;
-};
-
 struct Api {
   InitFn init;
   ShutdownFn shutdown;
@@ -49,34 +35,34 @@ struct Api {
   ErrorStringFn error_string;
 };
 
-std::optional<Api> bind(const Library& library) {
-  Api api{library.symbol<InitFn>("nvmlInit_v2"),
-          library.symbol<ShutdownFn>("nvmlShutdown"),
-          library.symbol<DriverVersionFn>("nvmlSystemGetDriverVersion"),
-          library.symbol<CudaVersionFn>("nvmlSystemGetCudaDriverVersion"),
-          library.symbol<CountFn>("nvmlDeviceGetCount_v2"),
-          library.symbol<HandleFn>("nvmlDeviceGetHandleByIndex_v2"),
-          library.symbol<NameFn>("nvmlDeviceGetName"),
-          library.symbol<MemoryFn>("nvmlDeviceGetMemoryInfo"),
-          library.symbol<ErrorStringFn>("nvmlErrorString")};
-  if (!api.init || !api.shutdown || !api.driver_version || !api.cuda_version || !api.count || !api.handle ||
-      !api.name || !api.memory || !api.error_string) {
-    return std::nullopt;
-  }
+std::optional<Api> bind(const SharedLibrary& library) {
+  Api api{};
+  const bool complete =
+      library.bind("nvmlInit_v2", api.init) && library.bind("nvmlShutdown", api.shutdown) &&
+      library.bind("nvmlSystemGetDriverVersion", api.driver_version) &&
+      library.bind("nvmlSystemGetCudaDriverVersion", api.cuda_version) &&
+      library.bind("nvmlDeviceGetCount_v2", api.count) && library.bind("nvmlDeviceGetHandleByIndex_v2", api.handle) &&
+      library.bind("nvmlDeviceGetName", api.name) && library.bind("nvmlDeviceGetMemoryInfo", api.memory) &&
+      library.bind("nvmlErrorString", api.error_string);
+  if (!complete) return std::nullopt;
   return api;
 }
 
 std::string failed(const Api& api, const char* call, int rc) { return std::string(call) + ": " + api.error_string(rc); }
 
+std::string cuda_version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+}
+
 // Reads everything with NVML initialised; returns the error text of the first call that failed.
-std::string read_info(const Api& api, NvmlInfo& info) {
-  char text[96] = {};
-  if (const int rc = api.driver_version(text, sizeof text); rc != 0)
+std::string read_report(const Api& api, DriverReport& report) {
+  char driver[96] = {};
+  if (const int rc = api.driver_version(driver, sizeof driver); rc != 0) {
     return failed(api, "nvmlSystemGetDriverVersion", rc);
-  info.driver_version = text;
-  if (const int rc = api.cuda_version(&info.cuda_version); rc != 0) {
-    return failed(api, "nvmlSystemGetCudaDriverVersion", rc);
   }
+  int cuda = 0;
+  if (const int rc = api.cuda_version(&cuda); rc != 0) return failed(api, "nvmlSystemGetCudaDriverVersion", rc);
+  report.versions = "driver " + std::string(driver) + ", CUDA " + cuda_version_text(cuda);
   unsigned count = 0;
   if (const int rc = api.count(&count); rc != 0) return failed(api, "nvmlDeviceGetCount", rc);
   for (unsigned i = 0; i < count; ++i) {
@@ -86,17 +72,17 @@ std::string read_info(const Api& api, NvmlInfo& info) {
     if (const int rc = api.handle(i, &device); rc != 0) return failed(api, "nvmlDeviceGetHandleByIndex", rc);
     if (const int rc = api.name(device, name, sizeof name); rc != 0) return failed(api, "nvmlDeviceGetName", rc);
     if (const int rc = api.memory(device, &memory); rc != 0) return failed(api, "nvmlDeviceGetMemoryInfo", rc);
-    info.gpus.push_back({name, memory.total, memory.used});
+    report.gpus.push_back({name, memory.total, memory.used});
   }
   return "";
 }
 
 }  // namespace
 
-NvmlQuery query_nvml(const std::string& library_path) {
-  NvmlQuery query;
-  const Library library(library_path);
-  if (library.handle == nullptr) {
+DriverQuery query_nvml(const std::string& library_path) {
+  DriverQuery query;
+  const SharedLibrary library(library_path);
+  if (!library.loaded()) {
     query.error = "cannot load " + library_path + " (the NVIDIA driver is not installed here)";
     return query;
   }
@@ -110,32 +96,11 @@ NvmlQuery query_nvml(const std::string& library_path) {
     query.error = failed(*api, "nvmlInit", rc);
     return query;
   }
-  NvmlInfo info;
-  query.error = read_info(*api, info);
+  DriverReport report;
+  query.error = read_report(*api, report);
   api->shutdown();
-  if (query.error.empty()) query.info = std::move(info);
+  if (query.error.empty()) query.report = std::move(report);
   return query;
-}
-
-DriverQuery driver_query(const NvmlQuery& query) {
-  DriverQuery converted;
-  converted.loaded = query.loaded;
-  converted.error = query.error;
-  if (query.info) {
-    DriverReport report;
-    report.versions = "driver " + query.info->driver_version + ", CUDA " + cuda_version_text(query.info->cuda_version);
-    for (const NvmlGpu& gpu : query.info->gpus) report.gpus.push_back({gpu.name, gpu.memory_total, gpu.memory_used});
-    converted.report = std::move(report);
-  }
-  return converted;
-}
-
-std::vector<CheckResult> check_nvml(const NvmlQuery& query, size_t pci_gpus, size_t usable) {
-  return check_driver_report(driver_query(query), GpuVendor::Nvidia, pci_gpus, usable);
-}
-
-std::string cuda_version_text(int version) {
-  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
 }
 
 }  // namespace ddp::doctor

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "doctor/wire.hpp"
 #include "parse.hpp"
@@ -46,14 +47,20 @@ size_t count_of(const std::vector<CheckResult>& results, Status status) {
       std::count_if(results.begin(), results.end(), [status](const CheckResult& r) { return r.status == status; }));
 }
 
-std::string json_string(const std::string& text) { return "\"" + json_escape(printable(text, kMaxField)) + "\""; }
+using Json = nlohmann::ordered_json;
 
-std::string json_result(const CheckResult& r) {
-  return std::string("{\"host\":") + (r.rank == CheckResult::kWholeRun ? "null" : json_string(r.host)) +
-         ",\"rank\":" + (r.rank == CheckResult::kWholeRun ? "null" : std::to_string(r.rank)) +
-         ",\"check\":" + json_string(r.check) + ",\"status\":" + json_string(to_string(r.status)) +
-         ",\"value\":" + json_string(r.value) + ",\"threshold\":" + json_string(r.threshold) +
-         ",\"detail\":" + json_string(r.detail) + "}";
+// Printable ASCII, as in the table: what other ranks sent reaches scripts without escapes of any kind.
+Json text(const std::string& value) { return printable(value, kMaxField); }
+
+Json json_result(const CheckResult& r) {
+  const bool whole_run = r.rank == CheckResult::kWholeRun;
+  return {{"host", whole_run ? Json() : text(r.host)},
+          {"rank", whole_run ? Json() : Json(r.rank)},
+          {"check", text(r.check)},
+          {"status", to_string(r.status)},
+          {"value", text(r.value)},
+          {"threshold", text(r.threshold)},
+          {"detail", text(r.detail)}};
 }
 
 }  // namespace
@@ -89,41 +96,21 @@ std::string format_summary(const Report& report) {
 
 std::string format_json(const Report& report) {
   const auto& results = report.results;
-  std::string out = std::string("{\"ok\":") + (exit_status(results) == 0 ? "true" : "false") +
-                    ",\"launcher\":" + json_string(report.launcher) +
-                    ",\"world_size\":" + std::to_string(report.world_size) +
-                    ",\"nodes\":" + std::to_string(node_count(results)) + ",\"counts\":{";
-  const Status statuses[] = {Status::Ok, Status::Warn, Status::Fail, Status::Skip};
-  for (size_t i = 0; i < 4; ++i) {
-    out += (i ? "," : "") + json_string(to_string(statuses[i])) + ":" + std::to_string(count_of(results, statuses[i]));
+  Json counts = Json::object();
+  for (const Status status : {Status::Ok, Status::Warn, Status::Fail, Status::Skip}) {
+    counts[to_string(status)] = count_of(results, status);
   }
-  out += "},\"results\":[";
-  const auto rows = ordered(results);
-  for (size_t i = 0; i < rows.size(); ++i) out += (i ? "," : "") + json_result(rows[i]);
-  return out + "]}\n";
+  Json rows = Json::array();
+  for (const auto& r : ordered(results)) rows.push_back(json_result(r));
+  const Json json = {{"ok", exit_status(results) == 0},
+                     {"launcher", text(report.launcher)},
+                     {"world_size", report.world_size},
+                     {"nodes", node_count(results)},
+                     {"counts", counts},
+                     {"results", rows}};
+  return json.dump() + "\n";
 }
 
 int exit_status(const std::vector<CheckResult>& results) { return worst(results) == Status::Fail ? 1 : 0; }
-
-std::string json_escape(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char escaped[8];
-          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned char>(c));
-          out += escaped;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
 
 }  // namespace ddp::doctor

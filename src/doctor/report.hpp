@@ -24,6 +24,4 @@ std::string format_json(const Report& report);
 // 1 when any check failed, else 0: warnings alone do not stop a job script.
 int exit_status(const std::vector<CheckResult>& results);
 
-std::string json_escape(const std::string& text);
-
 }  // namespace ddp::doctor

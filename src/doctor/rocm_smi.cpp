@@ -1,8 +1,9 @@
 #include "doctor/rocm_smi.hpp"
 
-#include <dlfcn.h>
-
 #include <cstdint>
+#include <optional>
+
+#include "doctor/shared_library.hpp"
 
 namespace ddp::doctor {
 namespace {
@@ -27,20 +28,6 @@ using StatusStringFn = int (*)(int, const char**);
 constexpr int kSoftwareComponentDriver = 0;  // RSMI_SW_COMP_DRIVER
 constexpr int kMemoryVram = 0;               // RSMI_MEM_TYPE_VRAM
 
-struct Library {
-  explicit Library(const std::string& path) : handle(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {}
-  ~Library() {
-    if (handle != nullptr) dlclose(handle);
-  }
-  Library(const Library&) = delete;
-  Library& operator=(const Library&) = delete;
-  template <typename Fn>
-  Fn symbol(const char* name) const {
-    return reinterpret_cast<Fn>(dlsym(handle, name));
-  }
-  void* handle;
-};
-
 struct Api {
   InitFn init;
   ShutDownFn shut_down;
@@ -51,23 +38,18 @@ struct Api {
   VersionFn version;
   VersionStringFn version_string;
   StatusStringFn status_string;
-
-  bool complete() const {
-    return init && shut_down && count && name && memory_total && memory_used && version && version_string &&
-           status_string;
-  }
 };
 
-Api bind(const Library& library) {
-  return {library.symbol<InitFn>("rsmi_init"),
-          library.symbol<ShutDownFn>("rsmi_shut_down"),
-          library.symbol<CountFn>("rsmi_num_monitor_devices"),
-          library.symbol<NameFn>("rsmi_dev_name_get"),
-          library.symbol<MemoryFn>("rsmi_dev_memory_total_get"),
-          library.symbol<MemoryFn>("rsmi_dev_memory_usage_get"),
-          library.symbol<VersionFn>("rsmi_version_get"),
-          library.symbol<VersionStringFn>("rsmi_version_str_get"),
-          library.symbol<StatusStringFn>("rsmi_status_string")};
+std::optional<Api> bind(const SharedLibrary& library) {
+  Api api{};
+  const bool complete =
+      library.bind("rsmi_init", api.init) && library.bind("rsmi_shut_down", api.shut_down) &&
+      library.bind("rsmi_num_monitor_devices", api.count) && library.bind("rsmi_dev_name_get", api.name) &&
+      library.bind("rsmi_dev_memory_total_get", api.memory_total) &&
+      library.bind("rsmi_dev_memory_usage_get", api.memory_used) && library.bind("rsmi_version_get", api.version) &&
+      library.bind("rsmi_version_str_get", api.version_string) && library.bind("rsmi_status_string", api.status_string);
+  if (!complete) return std::nullopt;
+  return api;
 }
 
 std::string failed(const Api& api, const char* call, int rc) {
@@ -113,24 +95,24 @@ std::vector<std::string> default_rocm_smi_libraries() {
 
 DriverQuery query_rocm_smi(const std::string& library_path) {
   DriverQuery query;
-  const Library library(library_path);
-  if (library.handle == nullptr) {
+  const SharedLibrary library(library_path);
+  if (!library.loaded()) {
     query.error = "cannot load " + library_path + " (ROCm SMI is not installed here)";
     return query;
   }
   query.loaded = true;
-  const Api api = bind(library);
-  if (!api.complete()) {
+  const auto api = bind(library);
+  if (!api) {
     query.error = library_path + " lacks ROCm SMI entry points this tool uses (ROCm too old)";
     return query;
   }
-  if (const int rc = api.init(0); rc != 0) {
-    query.error = failed(api, "rsmi_init", rc);
+  if (const int rc = api->init(0); rc != 0) {
+    query.error = failed(*api, "rsmi_init", rc);
     return query;
   }
   DriverReport report;
-  query.error = read_report(api, report);
-  api.shut_down();
+  query.error = read_report(*api, report);
+  api->shut_down();
   if (query.error.empty()) query.report = std::move(report);
   return query;
 }

@@ -100,7 +100,7 @@ std::vector<CheckResult> node_leader_checks(const DoctorRun& run) {
   if (run.topology_checks) append(results, run.topology_checks(run.env));
   if (passed(results, "storage.dir")) results.push_back(write_bandwidth(run, request.snapshot_dir));
   if (run.options.data_dir) append(results, data_dir_checks(*run.options.data_dir));
-  append(results, measure_node_speed(run.options.quick));
+  append(results, measure_node_speed(run.options.quick, time_budget(run.options).node_speed));
   return results;
 }
 

@@ -20,6 +20,7 @@
 
 #include "error.hpp"
 #include "parse.hpp"
+#include "snapshot_dir.hpp"
 
 namespace ddp::doctor {
 namespace {
@@ -79,24 +80,21 @@ std::string rotational(const std::string& sysfs_root, dev_t device, std::string&
 
 CheckResult check_snapshot_dir(const std::string& dir) {
   const std::string check = "storage.dir";
-  const std::string fix = "; create it on storage every node shares, or pass another with --snapshot-dir";
+  const std::string rules = "the snapshot directory rules";
+  // The runtime would create a missing directory; the doctor reports it instead, since on a node where the shared
+  // file system is not mounted, creating it would hide exactly that.
   struct stat info = {};
   if (stat(dir.c_str(), &info) != 0) {
-    return make_result(check, Status::Fail, "missing", "writable directory",
-                       quote(dir) + ": " + std::strerror(errno) + fix);
+    return make_result(check, Status::Fail, "missing", rules,
+                       quote(dir) + ": " + std::strerror(errno) +
+                           "; create it on storage every node shares, or pass another with --snapshot-dir");
   }
-  if (!S_ISDIR(info.st_mode)) {
-    return make_result(check, Status::Fail, "not a directory", "writable directory", quote(dir) + " is a file" + fix);
+  try {
+    SnapshotDir::open(dir, "--snapshot-dir");
+  } catch (const Error& e) {
+    return make_result(check, Status::Fail, "refused", rules, e.what());
   }
-  const std::string probe = unique_name(dir, "probe");
-  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return make_result(check, Status::Fail, "not writable", "writable directory",
-                       "cannot create a file in " + quote(dir) + ": " + std::strerror(errno) + fix);
-  }
-  close(fd);
-  unlink(probe.c_str());
-  return make_result(check, Status::Ok, "writable", "writable directory", dir);
+  return make_result(check, Status::Ok, "usable", rules, dir);
 }
 
 uint64_t guess_snapshot_bytes(const std::string& dir) {

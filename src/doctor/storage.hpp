@@ -11,7 +11,9 @@ namespace ddp::doctor {
 
 inline constexpr uint64_t kDefaultSnapshotBytes = 1ull << 30;
 
-// storage.dir: exists, is a directory, and a file can be created in it as the calling user.
+// storage.dir: exists and follows the rules the plugin and the runtime apply (SnapshotDir::open in
+// snapshot_dir.hpp: the calling user's own directory, writable by nobody else, in no directory another user could
+// swap it out of); the detail of a FAIL is the core's own message.
 CheckResult check_snapshot_dir(const std::string& dir);
 
 // The size of the newest regular, non-hidden file in `dir` (the last snapshot), else kDefaultSnapshotBytes.

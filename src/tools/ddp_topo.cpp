@@ -10,6 +10,7 @@
 #include "binding.hpp"
 #include "error.hpp"
 #include "id_list.hpp"
+#include "json_string.hpp"
 #include "netif.hpp"
 #include "parse.hpp"
 #include "resolve.hpp"
@@ -255,22 +256,7 @@ void print_matrix(const ddp::NodeHardware& hw) {
 
 // ---- JSON ------------------------------------------------------------------------------------------------
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+using ddp::json_string;
 
 std::string json_or_null(const std::optional<std::string>& text) { return text ? json_string(*text) : "null"; }
 

@@ -3,7 +3,6 @@
 // (src/step_logs.hpp) and srun's lines about tasks that exited badly. Exit status: 0 a failure was shown, 1 none
 // found, 2 bad usage or reports that cannot be read.
 #include <fcntl.h>
-#include <pwd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,7 +10,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -86,18 +84,9 @@ Args parse_args(int argc, char** argv) {
   return args;
 }
 
-std::string home_directory() {
-  passwd entry{};
-  passwd* found = nullptr;
-  char buffer[4096];
-  if (getpwuid_r(getuid(), &entry, buffer, sizeof buffer, &found) != 0 || found == nullptr || !found->pw_dir) return "";
-  return found->pw_dir;
-}
-
 std::string log_base(const Args& args) {
   if (!args.log_dir.empty()) return args.log_dir;
-  const char* value = std::getenv(ddp::kLogDirVariable);
-  const auto base = ddp::log_base(value ? std::optional<std::string>(value) : std::nullopt, home_directory());
+  const auto base = ddp::own_log_base();
   if (!base) throw ddp::Error("no home directory and no DDP_LOG_DIR: give --log-dir DIR");
   return *base;
 }

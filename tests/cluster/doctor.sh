@@ -39,9 +39,12 @@ assert [rank for rank, _, _ in rows('storage.shared', 'OK')] == [0, 2], rows('st
 assert len(rows('net.master_port', 'OK')) == 4, rows('net.master_port', 'OK')
 "
 
-# --- the node-private directory (a tmpfs per node at the same path): not shared ----------------------------
-assert_fails "node-private snapshot directory" run_on_cluster timeout 120 "${STEP[@]}" "$doctor" "${QUICK[@]}" --json \
-  --snapshot-dir "$DDP_CLUSTER_LOCAL"
+# --- a node-private directory (on a tmpfs per node at the same path; the plugin makes it the user's own, as the
+# snapshot directory rules ask, so storage.dir passes): not shared ---------------------------------------------
+private=$DDP_CLUSTER_LOCAL/$TEST_NAME.$$
+on_exit "on_node node1 rm -rf '$private'; on_node node2 rm -rf '$private'"
+assert_fails "node-private snapshot directory" run_on_cluster timeout 120 srun --ddp=gloo --ddp-snapshot-dir="$private" \
+  -N2 --ntasks-per-node=2 "$doctor" "${QUICK[@]}" --json
 expect_report "$FAILED_OUTPUT" "
 assert report['ok'] is False
 failed = rows('storage.shared', 'FAIL')

@@ -11,6 +11,8 @@
 
 #include "error.hpp"
 #include "step_logs.hpp"
+#include "test_common.hpp"
+#include "user.hpp"
 
 namespace ddp {
 namespace {
@@ -21,26 +23,16 @@ const char* const kRecordOutput =
     R"json(last):\n  File \"/tmp/t.py\", line 4, in main\n    raise RuntimeError(\"boom\")\nRuntimeError: boom\n", )json"
     R"json("timestamp": "1795473684"}}})json";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "failure_report_test.XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
+using testing::TempDir;
 
-  void write(const std::string& name, const std::string& text, double mtime = 0) const {
-    std::ofstream(path_ + "/" + name, std::ios::binary) << text;
-    if (mtime > 0) {
-      const timespec times[2] = {{static_cast<time_t>(mtime), 0}, {static_cast<time_t>(mtime), 0}};
-      utimensat(AT_FDCWD, (path_ + "/" + name).c_str(), times, 0);
-    }
+// A file with `text`, and `mtime` (seconds since 1970) as its modification time when given.
+void write_file(const std::string& path, const std::string& text, double mtime = 0) {
+  std::ofstream(path, std::ios::binary) << text;
+  if (mtime > 0) {
+    const timespec times[2] = {{static_cast<time_t>(mtime), 0}, {static_cast<time_t>(mtime), 0}};
+    utimensat(AT_FDCWD, path.c_str(), times, 0);
   }
-
- private:
-  std::string path_;
-};
+}
 
 std::string ddp_train_report(const std::string& run_id, const std::string& message, int code) {
   return R"json({"message": {"message": ")json" + message +
@@ -93,11 +85,11 @@ TEST(FailureReport, RefusesWhatIsNotAnErrorFile) {
 
 TEST(FailureReport, ReadsAStepDirectoryOldestFirstWithRankAndHostFromTheNames) {
   TempDir dir;
-  dir.write(error_file_name(3, "node2"), R"json({"message": "RuntimeError: Connection closed by peer"})json",
-            1795473690);
-  dir.write(error_file_name(1, "node1"), kRecordOutput, 1795473680);
-  dir.write(nccl_dump_prefix("node2") + "3", std::string(300, 'x'));
-  dir.write("notes.txt", "not ours");
+  write_file(dir / error_file_name(3, "node2"), R"json({"message": "RuntimeError: Connection closed by peer"})json",
+             1795473690);
+  write_file(dir / error_file_name(1, "node1"), kRecordOutput, 1795473680);
+  write_file(dir / nccl_dump_prefix("node2") + "3", std::string(300, 'x'));
+  write_file(dir / "notes.txt", "not ours");
   const StepReports reports = read_step_reports(dir.path(), {});
   ASSERT_EQ(reports.errors.size(), 2u);
   EXPECT_EQ(reports.errors[0].rank, 1u);
@@ -112,11 +104,11 @@ TEST(FailureReport, ReadsAStepDirectoryOldestFirstWithRankAndHostFromTheNames) {
 
 TEST(FailureReport, IgnoresBadFilesWithAWarningEach) {
   TempDir dir;
-  dir.write(error_file_name(0, "node1"), "Segmentation fault");
-  dir.write(error_file_name(1, "node1"), std::string(2 << 20, ' '));
-  dir.write(error_file_name(2, "node2"), ddp_train_report("9.0", "from another step", 1));
-  dir.write(error_file_name(3, "node2"), kRecordOutput, 1000);
-  dir.write(error_file_name(4, "node3"), ddp_train_report("12.4", "ddp-train: the real one", 1));
+  write_file(dir / error_file_name(0, "node1"), "Segmentation fault");
+  write_file(dir / error_file_name(1, "node1"), std::string(2 << 20, ' '));
+  write_file(dir / error_file_name(2, "node2"), ddp_train_report("9.0", "from another step", 1));
+  write_file(dir / error_file_name(3, "node2"), kRecordOutput, 1000);
+  write_file(dir / error_file_name(4, "node3"), ddp_train_report("12.4", "ddp-train: the real one", 1));
   mkdir((dir.path() + "/" + error_file_name(5, "node3")).c_str(), 0700);
   const StepReports reports = read_step_reports(dir.path(), {}, StepIdentity{"12.4", 1700000000});
   ASSERT_EQ(reports.errors.size(), 1u);
@@ -134,7 +126,7 @@ TEST(FailureReport, IgnoresBadFilesWithAWarningEach) {
 TEST(FailureReport, MissingDirectoryHasNoReportsAndUnreadableOneIsAnError) {
   EXPECT_TRUE(read_step_reports("/nonexistent/ddp/12.0", {}).errors.empty());
   TempDir dir;
-  dir.write("12.0", "a file where the step's directory should be");
+  write_file(dir / "12.0", "a file where the step's directory should be");
   try {
     read_step_reports(dir.path() + "/12.0", {});
     FAIL() << "a file was read as a directory";
@@ -228,6 +220,20 @@ TEST(StepLogs, BaseIsDdpLogDirElseTheUsersCache) {
   }
   EXPECT_EQ(step_log_dir("/fsx/logs/", "12.3"), "/fsx/logs/12.3");
   EXPECT_EQ(error_file_name(7, "node 2/x"), "error-rank7-node_2_x.json");
+}
+
+// srun and ddp-why: this process's DDP_LOG_DIR, else the passwd entry's home of the calling user.
+TEST(StepLogs, OwnBaseIsThisProcesssDdpLogDirElseItsUsersHome) {
+  const auto user = find_user(getuid());
+  ASSERT_TRUE(user) << "the test's own uid has no passwd entry";
+  EXPECT_FALSE(find_user(static_cast<uid_t>(-2)));  // 4294967294: no entry on any test machine
+  const char* saved = std::getenv(kLogDirVariable);
+  const std::string restore = saved ? saved : "";
+  setenv(kLogDirVariable, "/fsx/logs", 1);
+  EXPECT_EQ(own_log_base(), "/fsx/logs");
+  unsetenv(kLogDirVariable);
+  EXPECT_EQ(own_log_base(), log_base(std::nullopt, user->home));
+  if (saved) setenv(kLogDirVariable, restore.c_str(), 1);
 }
 
 TEST(StepLogs, PrepareCreatesTheDirectoryAndRemovesOnlyThisTasksStaleReports) {

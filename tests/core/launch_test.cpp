@@ -85,6 +85,18 @@ TEST(Launch, IsOneProcessWhenNothingIsSet) {
             LaunchSource::SingleProcess);
 }
 
+// MPI_Init in a task of srun finds its peers only through Slurm's PMIx plugin (or mpirun inside the step).
+TEST(Launch, KnowsASrunTaskThatPmixDidNotStart) {
+  const std::map<std::string, std::string> srun_ddp{
+      {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "29500"}, {"SLURM_STEP_ID", "0"}};
+  EXPECT_TRUE(launch_from_environment(env_with(srun_ddp)).srun_without_pmix);
+  EXPECT_FALSE(launch_from_environment(env_with({{"PMIX_RANK", "0"}}, env_with(srun_ddp))).srun_without_pmix);
+  EXPECT_FALSE(
+      launch_from_environment(env_with({{"OMPI_COMM_WORLD_RANK", "0"}}, env_with(srun_ddp))).srun_without_pmix);
+  EXPECT_FALSE(launch_from_environment(env_with({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}}))
+                   .srun_without_pmix);
+}
+
 TEST(Launch, RefusesBadValuesNamingThem) {
   EXPECT_EQ(error_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}}),
             "RANK 'x' is not a whole number; the launcher (srun --ddp, torchrun) sets it; unset RANK to run a single "

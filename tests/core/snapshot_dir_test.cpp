@@ -12,6 +12,7 @@
 
 #include "error.hpp"
 #include "task_env.hpp"
+#include "test_common.hpp"
 
 namespace ddp {
 namespace {
@@ -31,13 +32,8 @@ std::string error_of(const std::function<void()>& body) {
 
 class SnapshotDirTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char name[] = "/tmp/ddp-snapdir-XXXXXX";
-    ASSERT_NE(mkdtemp(name), nullptr);
-    root_ = name;
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  std::string root_;
+  testing::TempDir dir_;
+  const std::string root_ = dir_.path();
 };
 
 TEST(SnapshotDirTemplate, ExpandsUserJobAndName) {

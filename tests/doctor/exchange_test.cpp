@@ -5,7 +5,6 @@
 #include <chrono>
 #include <functional>
 #include <future>
-#include <thread>
 
 #include "doctor/clock.hpp"
 #include "doctor/gloo.hpp"
@@ -20,6 +19,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::budget_of;
 using testing::contains;
+using testing::on_threads;
 using testing::TempDir;
 
 Launch launch_of(int rank, int world_size, uint16_t port) {
@@ -43,27 +43,15 @@ void run_ranks(int world_size, const std::function<void(Group&)>& body) {
     launch.master_addr = "127.0.0.1";
     launch.master_port = shared_port.get();
   };
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(world_size));
-  for (int rank = 0; rank < world_size; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        Launch launch = launch_of(rank, world_size, 0);
-        launch.source = LaunchSource::OpenMpi;
-        launch.master_addr.clear();
-        const Meeting meeting = meet(launch, budget_of(10s), share);
-        body(*meeting.group);
-        meeting.group->barrier("test done", Deadline::after(10s));
-        meeting.group->finish(Deadline::after(10s));
-      } catch (...) {
-        errors[static_cast<size_t>(rank)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  for (const auto& error : errors) {
-    if (error) std::rethrow_exception(error);
-  }
+  on_threads(world_size, [&](int rank) {
+    Launch launch = launch_of(rank, world_size, 0);
+    launch.source = LaunchSource::OpenMpi;
+    launch.master_addr.clear();
+    const Meeting meeting = meet(launch, budget_of(10s), share);
+    body(*meeting.group);
+    meeting.group->barrier("test done", Deadline::after(10s));
+    meeting.group->finish(Deadline::after(10s));
+  });
 }
 
 std::string what_of(const std::function<void()>& body) {
@@ -126,10 +114,10 @@ TEST(Group, RankThatCannotReachRankZeroSaysWhereAndHowLong) {
 
 TEST(Group, RankZeroGoesOnWithoutRanksThatNeverCameAndReportsThem) {
   const uint16_t port = ddp::testing::reserve_port();
-  Meeting rank1;
-  std::thread joiner([&] { rank1 = meet(launch_of(1, 3, port), budget_of(5s), nullptr); });
-  const Meeting rank0 = meet(launch_of(0, 3, port), budget_of(1s), nullptr);
-  joiner.join();
+  Meeting rank0, rank1;
+  on_threads(2, [&](int rank) {
+    (rank == 0 ? rank0 : rank1) = meet(launch_of(rank, 3, port), budget_of(rank == 0 ? 1s : 5s), nullptr);
+  });
   EXPECT_EQ(rank0.group->members(), (std::vector<int>{0, 1}));
   EXPECT_EQ(rank1.group->members(), (std::vector<int>{0, 1}));
   EXPECT_EQ(rank0.group->describe(), "tcp 127.0.0.1:" + std::to_string(port));

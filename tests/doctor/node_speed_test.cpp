@@ -15,7 +15,7 @@ CheckResult row(const std::string& check, const std::string& value, int rank) {
 }
 
 TEST(NodeSpeed, MeasuresThisNodesGemmAndMemoryBandwidth) {
-  const std::vector<CheckResult> results = measure_node_speed(true);
+  const std::vector<CheckResult> results = measure_node_speed(true, std::chrono::seconds(60));
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(results[0].check, "node.compute");
   EXPECT_GT(std::strtod(results[0].value.c_str(), nullptr), 0.0) << results[0].value;
@@ -24,6 +24,18 @@ TEST(NodeSpeed, MeasuresThisNodesGemmAndMemoryBandwidth) {
   EXPECT_EQ(results[1].check, "node.memory_bw");
   EXPECT_GT(std::strtod(results[1].value.c_str(), nullptr), 0.0) << results[1].value;
   EXPECT_NE(results[1].value.find(" GB/s"), std::string::npos) << results[1].value;
+}
+
+// The budget bounds the repeats, so that the doctor's time budget holds: with none left, each runs once.
+TEST(NodeSpeed, RepeatsStopAtTheBudgetAfterTheFirstRun) {
+  const std::vector<CheckResult> spent = measure_node_speed(true, std::chrono::milliseconds(0));
+  ASSERT_EQ(spent.size(), 2u);
+  for (const CheckResult& result : spent) {
+    EXPECT_GT(std::strtod(result.value.c_str(), nullptr), 0.0) << result.value;
+    EXPECT_NE(result.detail.find(", best of 1"), std::string::npos) << result.detail;
+  }
+  const std::vector<CheckResult> ample = measure_node_speed(true, std::chrono::seconds(60));
+  for (const CheckResult& result : ample) EXPECT_NE(result.detail.find(", best of 3"), std::string::npos);
 }
 
 TEST(NodeSpeed, NodesBelowTheMedianByMoreThanTheThresholdWarn) {

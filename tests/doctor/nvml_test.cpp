@@ -11,15 +11,20 @@ namespace {
 using testing::contains;
 using testing::find_check;
 
+// gpu.driver and gpu.memory of an NVIDIA node with `pci_gpus` on the bus, `usable` of them the task's.
+std::vector<CheckResult> check_nvml(const DriverQuery& query, size_t pci_gpus, size_t usable) {
+  return check_driver_report(query, GpuVendor::Nvidia, pci_gpus, usable);
+}
+
 TEST(Nvml, ReadsVersionsAndMemoryThroughTheLoadedLibrary) {
-  const NvmlQuery query = query_nvml(FAKE_NVML);
-  ASSERT_TRUE(query.info) << query.error;
-  EXPECT_EQ(query.info->driver_version, "550.54.15");
-  EXPECT_EQ(cuda_version_text(query.info->cuda_version), "12.4");
-  ASSERT_EQ(query.info->gpus.size(), 2u);
-  EXPECT_EQ(query.info->gpus[0].name, "NVIDIA H100 80GB HBM3");
-  EXPECT_EQ(query.info->gpus[1].memory_used, 20ull << 30);
-  EXPECT_EQ(query.info->gpus[1].memory_total, 80ull << 30);
+  const DriverQuery query = query_nvml(FAKE_NVML);
+  ASSERT_TRUE(query.report) << query.error;
+  EXPECT_TRUE(query.loaded);
+  EXPECT_EQ(query.report->versions, "driver 550.54.15, CUDA 12.4");  // NVML says CUDA 12040
+  ASSERT_EQ(query.report->gpus.size(), 2u);
+  EXPECT_EQ(query.report->gpus[0].name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(query.report->gpus[1].memory_used, 20ull << 30);
+  EXPECT_EQ(query.report->gpus[1].memory_total, 80ull << 30);
 }
 
 TEST(Nvml, ChecksReportVersionsAndMemoryAlreadyInUse) {
@@ -46,9 +51,9 @@ TEST(Nvml, DriverSeeingFewerGpusThanTheTaskShouldUseFails) {
 
 TEST(Nvml, InitFailureIsReportedWithNvmlsOwnWords) {
   setenv("FAKE_NVML_INIT_ERROR", "9", 1);
-  const NvmlQuery query = query_nvml(FAKE_NVML);
+  const DriverQuery query = query_nvml(FAKE_NVML);
   unsetenv("FAKE_NVML_INIT_ERROR");
-  EXPECT_FALSE(query.info);
+  EXPECT_FALSE(query.report);
   EXPECT_EQ(query.error, "nvmlInit: Driver Not Loaded");
   const auto results = check_nvml(query, 4, 4);
   EXPECT_EQ(results.front().status, Status::Fail);
@@ -56,13 +61,13 @@ TEST(Nvml, InitFailureIsReportedWithNvmlsOwnWords) {
 }
 
 TEST(Nvml, MissingOrForeignLibraryIsASkipWithoutGpus) {
-  const NvmlQuery missing = query_nvml("/nonexistent/libnvidia-ml.so.1");
-  EXPECT_FALSE(missing.info);
+  const DriverQuery missing = query_nvml("/nonexistent/libnvidia-ml.so.1");
+  EXPECT_FALSE(missing.report);
   EXPECT_TRUE(contains(missing.error, "cannot load /nonexistent/libnvidia-ml.so.1"));
   EXPECT_EQ(check_nvml(missing, 0, 0).front().status, Status::Skip);
   EXPECT_EQ(check_nvml(missing, 2, 2).front().status, Status::Fail);
-  const NvmlQuery foreign = query_nvml("libc.so.6");
-  EXPECT_FALSE(foreign.info);
+  const DriverQuery foreign = query_nvml("libc.so.6");
+  EXPECT_FALSE(foreign.report);
   EXPECT_TRUE(contains(foreign.error, "lacks NVML entry points"));
 }
 

@@ -57,17 +57,19 @@ TEST(DoctorOptions, TheTimeBudgetFollowsTimeoutAndQuickAndHelpPrintsIt) {
   const DoctorOptions quick = parse_doctor_options({"--quick", "--timeout", "10"});
   const TimeBudget budget = time_budget(quick);
   EXPECT_EQ(budget.meet, std::chrono::seconds(20));
-  EXPECT_EQ(budget.node_checks, std::chrono::seconds(3 + 30 + 10));
+  EXPECT_EQ(budget.node_speed, std::chrono::seconds(2));
+  EXPECT_EQ(budget.node_checks, std::chrono::seconds(3 + 2 + 30 + 10));
   EXPECT_EQ(budget.link_pair, std::chrono::milliseconds(10500));
   EXPECT_EQ(budget.allreduce, std::chrono::seconds(40));
-  // meet 20 + node checks 43 + clock 10 + shared dir 13 + links' end 10 + one backend 40 + report 30 = 166 s
-  EXPECT_EQ(budget.total(0, 1), std::chrono::seconds(166));
-  EXPECT_EQ(budget.total(4, 1), std::chrono::seconds(166 + 42));
+  // meet 20 + node checks 45 + clock 10 + shared dir 13 + links' end 10 + one backend 40 + report 30 = 168 s
+  EXPECT_EQ(budget.total(0, 1), std::chrono::seconds(168));
+  EXPECT_EQ(budget.total(4, 1), std::chrono::seconds(168 + 42));
   const std::string usage = doctor_usage(quick, 1);
-  EXPECT_TRUE(testing::contains(usage, "time budget: with these options a rank ends within 166 s + 10.5 s per node"))
+  EXPECT_TRUE(testing::contains(usage, "time budget: with these options a rank ends within 168 s + 10.5 s per node"))
       << usage;
+  // Without --quick: node checks are the 20 s disk write + 10 s node speed + 30 s + --timeout 30 s.
   EXPECT_EQ(time_budget(parse_doctor_options({})).total(2, 2),
-            std::chrono::seconds(60 + 80 + 30 + 33 + 66 + 30 + 240 + 90));
+            std::chrono::seconds(60 + 90 + 30 + 33 + 66 + 30 + 240 + 90));
 }
 
 }  // namespace

@@ -78,10 +78,6 @@ TEST(Report, JsonCarriesEveryFieldEscaped) {
   EXPECT_EQ(json.back(), '\n');
 }
 
-TEST(Report, JsonEscapesControlCharacters) {
-  EXPECT_EQ(json_escape("a\"b\\c\nd\te\x01"), "a\\\"b\\\\c\\nd\\te\\u0001");
-}
-
 // Issue 12: peer strings were printed raw, so a peer could send terminal escapes to rank 0's terminal.
 TEST(Report, TableShowsControlCharactersOfPeersAsText) {
   Report report;

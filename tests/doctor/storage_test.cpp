@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "error.hpp"
+#include "snapshot_dir.hpp"
 #include "test_support.hpp"
 
 namespace ddp::doctor {
@@ -37,24 +38,61 @@ TEST(SnapshotDir, MissingOrNotADirectoryFails) {
   EXPECT_EQ(missing.status, Status::Fail);
   EXPECT_TRUE(contains(missing.detail, "No such file or directory"));
   write_file(dir / "file", "x");
-  EXPECT_EQ(check_snapshot_dir(dir / "file").value, "not a directory");
+  const CheckResult file = check_snapshot_dir(dir / "file");
+  EXPECT_EQ(file.status, Status::Fail);
+  EXPECT_TRUE(contains(file.detail, "is not a directory")) << file.detail;
 }
 
-TEST(SnapshotDir, ADirectoryTheUserCannotWriteFails) {
-  // Root writes anywhere, so the check runs in a child that has become an ordinary user, as in slurmstepd.
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+// The doctor applies the core's rules, so it refuses what the plugin and the runtime would refuse, in their words.
+std::string core_refusal(const std::string& dir) {
+  try {
+    SnapshotDir::open(dir, "--snapshot-dir");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SnapshotDir, ADirectoryOthersMayWriteFailsWithTheCoreMessage) {
   TempDir dir;
-  chmod(dir.path().c_str(), 0755);
+  chmod(dir.path().c_str(), 0777);
+  const CheckResult result = check_snapshot_dir(dir.path());
+  EXPECT_EQ(result.status, Status::Fail);
+  EXPECT_EQ(result.value, "refused");
+  EXPECT_TRUE(contains(result.detail, "is writable by others (mode 0777)")) << result.detail;
+  EXPECT_EQ(result.detail, core_refusal(dir.path()));
+}
+
+// Root writes anywhere and owns what tests make, so these run in a child that has become an ordinary user, as the
+// task does; the child's exit status carries the verdict.
+int check_as_nobody(const std::string& dir, const std::string& expected) {
   const pid_t child = fork();
   if (child == 0) {
     if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
-    const CheckResult result = check_snapshot_dir(dir.path());
-    _exit(result.status == Status::Fail && contains(result.detail, "Permission denied") ? 0 : 1);
+    const CheckResult result = check_snapshot_dir(dir);
+    _exit(result.status == Status::Fail && contains(result.detail, expected) && result.detail == core_refusal(dir) ? 0
+                                                                                                                   : 1);
   }
   int status = 0;
   waitpid(child, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(SnapshotDir, AnotherUsersDirectoryFails) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  EXPECT_EQ(check_as_nobody(dir.path(), "is owned by uid 0, not by you (uid 65534)"), 0);
+}
+
+TEST(SnapshotDir, AnOwnDirectoryTheUserCannotWriteFails) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  TempDir dir;
+  const std::string own = dir / "own";
+  chmod(dir.path().c_str(), 0755);
+  mkdir(own.c_str(), 0555);
+  ASSERT_EQ(chown(own.c_str(), 65534, 65534), 0);
+  EXPECT_EQ(check_as_nobody(own, "is not writable"), 0);
 }
 
 TEST(SnapshotSize, NewestVisibleFileElseOneGiB) {

@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 
 #include <chrono>
-#include <thread>
 
 #include "doctor/group.hpp"
 #include "doctor/report.hpp"
@@ -18,6 +17,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::budget_of;
 using testing::contains;
+using testing::on_threads;
 using testing::TempDir;
 
 std::string what_of(const std::function<void()>& body) {
@@ -110,11 +110,7 @@ TEST(StoreAttack, SilentStrangersDelayNobodyAndAreDroppedAfterTheirGreetingTime)
   for (int i = 0; i < 30; ++i) strangers.push_back(Socket::connect_to("127.0.0.1", server.port(), Deadline::after(2s)));
   strangers[0].send_all(std::string("\x10\x00\x00\x00partial", 11), Deadline::after(1s));  // a frame never finished
   // Three ranks, each allowed 1 s: read one stranger after the other for kGreetingWait each, they would never get in.
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < 3; ++rank) {
-    ranks.emplace_back([&, rank] { StoreClient("127.0.0.1", server.port(), {"attack", 3, rank}, 1s); });
-  }
-  for (auto& rank : ranks) rank.join();
+  on_threads(3, [&](int rank) { StoreClient("127.0.0.1", server.port(), {"attack", 3, rank}, 1s); });
   EXPECT_EQ(server.wait_for_ranks(Deadline::after(1s)), (std::vector<int>{0, 1, 2}));
   for (const Socket& stranger : strangers) {
     char byte = 0;

@@ -14,6 +14,7 @@
 
 #include "error.hpp"
 #include "id_list.hpp"
+#include "test_common.hpp"
 #include "topology_cache.hpp"
 
 namespace ddp {
@@ -190,9 +191,8 @@ TEST(NodeSetup, AnAdminTopologyThatCrashesHwlocFailsWithOneLine) {
   std::ifstream in(crasher, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_GT(bytes.size(), 1u);
-  char dir[] = "/tmp/ddp-crasher-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string xml = std::string(dir) + "/topology.xml";
+  const testing::TempDir dir;
+  const std::string xml = dir / "topology.xml";
   std::ofstream(xml, std::ios::binary) << bytes.substr(1);  // the fuzz input's first byte picks the harness's branch
   StepPlan plan = step_plan(1);
   plan.topology_xml = xml;
@@ -206,7 +206,6 @@ TEST(NodeSetup, AnAdminTopologyThatCrashesHwlocFailsWithOneLine) {
               std::string::npos)
         << e.what();
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(NodeSetup, RunningSystemBindsCpusItMayUse) {
@@ -249,16 +248,14 @@ TEST(NodeSetup, TheRunningSystemIgnoresHwlocsVariablesInTheProcessEnvironment) {
 TEST(NodeSetup, NodeChecksFailOnAnUnwritableSnapshotDirectory) {
   StepPlan plan = step_plan(1);
   plan.master_addr = "localhost";
-  char dir[] = "/tmp/ddp-launch-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  TaskEnv good(user_env({{"DDP_SNAPSHOT_DIR", dir}}));
+  const testing::TempDir dir;
+  TaskEnv good(user_env({{"DDP_SNAPSHOT_DIR", dir.path()}}));
   const CheckOutcome fine = check_node(plan, good);
   EXPECT_EQ(fine.failures, "");
   EXPECT_GT(fine.passed, 0u);
-  TaskEnv bad(user_env({{"DDP_SNAPSHOT_DIR", std::string(dir) + "/missing/deeper"}}));
+  TaskEnv bad(user_env({{"DDP_SNAPSHOT_DIR", dir / "missing/deeper"}}));
   const CheckOutcome failed = check_node(plan, bad);
   EXPECT_NE(failed.failures.find("storage.dir"), std::string::npos) << failed.failures;
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
@@ -269,14 +266,9 @@ namespace {
 
 class TopologyCacheTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char name[] = "/tmp/ddp-topocache-XXXXXX";
-    ASSERT_NE(mkdtemp(name), nullptr);
-    root_ = name;
-    dir_ = root_ + "/cache";
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-  std::string root_, dir_;
+  const testing::TempDir temp_;
+  const std::string root_ = temp_.path();
+  const std::string dir_ = root_ + "/cache";
 };
 
 TEST_F(TopologyCacheTest, FileNameCarriesTheBootId) {

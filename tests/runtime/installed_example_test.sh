@@ -37,7 +37,7 @@ cmake --build "$WORK/example" >"$WORK/build.log" 2>&1 || fail "build: $(tail -30
 two_ranks() {  # LOG_PREFIX ARGS...
   local log=$1 port rank
   shift
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$("${DDP_TEST_PORT:?the test runs under ctest, which names ddp-test-port}" $$)
   PIDS=()
   for rank in 0 1; do
     env RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \

@@ -18,12 +18,11 @@ ROOT=$(cd "$HERE/../.." && pwd)
 PYTHON=/usr/bin/python3
 fail() { echo "cross_stack: FAIL: $*" >&2; exit 1; }
 
-# ddp-train on 2 ranks over loopback, here: ranks DDP_TRAIN LOG ARGS...
+# ddp-train on 2 ranks over loopback, here: __ranks DDP_TRAIN PORT LOG ARGS...
 if [ "${1:-}" = __ranks ]; then
   shift
-  train=$1 log=$2
-  shift 2
-  port=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  train=$1 port=$2 log=$3
+  shift 3
   pids=()
   trap 'kill "${pids[@]}" 2>/dev/null || true; wait' EXIT
   for rank in 0 1; do
@@ -46,14 +45,16 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 
 # ranks STACK LOG ARGS...: on this machine (a) or in B's root (b), whose file system shows the repository (and so
-# both build directories) at the same path.
+# both build directories) at the same path. The port is reserved here, by the tests' shared helper (locked for
+# this script's life, outside the kernel's ephemeral range).
 ranks() {
-  local stack=$1
+  local stack=$1 port
   shift
+  port=$("$BUILD_A/tests/common/ddp-test-port" $$) || fail "no free port"
   if [ "$stack" = a ]; then
-    "$0" __ranks "$BUILD_A/runtime/ddp-train" "$@"
+    "$0" __ranks "$BUILD_A/runtime/ddp-train" "$port" "$@"
   else
-    "$ROOT/tests/stacks/root.sh" run "$RELEASE_B" --isolated -- "$0" __ranks "$BUILD_B/runtime/ddp-train" "$@"
+    "$ROOT/tests/stacks/root.sh" run "$RELEASE_B" --isolated -- "$0" __ranks "$BUILD_B/runtime/ddp-train" "$port" "$@"
   fi
 }
 
