@@ -1,7 +1,8 @@
 """Python's side of the --model tests, with Debian's python3-torch: scripted modules, data files, and the same
 training in Python DDP (Gloo, ranks from the torchrun variables) to compare ddp-train with.
 
-  model_io.py make-model KIND PATH [--trace]    KIND: mlp, cnn, two-inputs, tuple-output; torch.manual_seed(0)
+  model_io.py make-model KIND PATH [--trace]    KIND: mlp, mlp-log-softmax (the mlp ending in log_softmax), cnn,
+                                                two-inputs, tuple-output; torch.manual_seed(0)
   model_io.py make-data KIND PATH [--npy]       KIND: mlp (x [N, 8], 4 classes), cnn (x [N, 1, 8, 8], 10 classes),
                                                 regression (x [N, 8], y [N, 4]); N from --samples; a .pt file,
                                                 or with --npy a directory of x.npy and y.npy
@@ -17,9 +18,10 @@ training in Python DDP (Gloo, ranks from the torchrun variables) to compare ddp-
                                                 prints "same outputs" when they agree
 options: --epochs N --batch-size N --seed N --optimizer sgd|adamw --lr X --momentum X --weight-decay X
          --clip-grad-norm X --lr-schedule constant|step|cosine --lr-step-epochs N --lr-gamma X --warmup-steps N
-         --loss mse|cross-entropy|nll
+         --loss mse|cross-entropy|nll --accumulate N
 """
 import argparse
+import contextlib
 import math
 import os
 
@@ -39,14 +41,16 @@ torch._C._set_graph_executor_optimize(False)
 
 
 class Mlp(nn.Module):
-    def __init__(self, width=32):
+    def __init__(self, width=32, log_probabilities=False):
         super().__init__()
         self.fc1 = nn.Linear(8, width)
         self.fc2 = nn.Linear(width, width)
         self.out = nn.Linear(width, 4)
+        self.log_probabilities = log_probabilities
 
     def forward(self, x):
-        return self.out(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+        logits = self.out(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+        return F.log_softmax(logits, dim=1) if self.log_probabilities else logits
 
 
 class SmallCnn(nn.Module):
@@ -82,13 +86,19 @@ class TupleOutput(nn.Module):
         return self.fc(x), x
 
 
-MODELS = {"mlp": Mlp, "cnn": SmallCnn, "two-inputs": TwoInputs, "tuple-output": TupleOutput}
-INPUTS = {"mlp": (8,), "cnn": (1, 8, 8), "two-inputs": (8,), "tuple-output": (8,)}
+def LogSoftmaxMlp(width=32):
+    return Mlp(width, log_probabilities=True)
+
+
+MODELS = {"mlp": Mlp, "mlp-log-softmax": LogSoftmaxMlp, "cnn": SmallCnn, "two-inputs": TwoInputs,
+          "tuple-output": TupleOutput}
+INPUTS = {"mlp": (8,), "mlp-log-softmax": (8,), "cnn": (1, 8, 8), "two-inputs": (8,), "tuple-output": (8,)}
+WIDE = ("mlp", "mlp-log-softmax")
 
 
 def make_model(kind, path, trace, width):
     torch.manual_seed(0)
-    model = MODELS[kind](width) if kind == "mlp" else MODELS[kind]()
+    model = MODELS[kind](width) if kind in WIDE else MODELS[kind]()
     if trace:
         model.eval()
         torch.jit.trace(model, torch.rand(2, *INPUTS[kind])).save(path)
@@ -193,23 +203,29 @@ def loss_of(args, output, target):
 
 def train_ddp(args, model, dataset, optimizer, first_epoch, first_step):
     """The DataLoader's batches without the DataLoader, which draws a seed from the global generator for every
-    epoch's iterator: dropout would then see other random numbers than in ddp-train."""
+    epoch's iterator: dropout would then see other random numbers than in ddp-train. With --accumulate N, N
+    batches per optimizer step (the epoch's last step may have fewer), each loss divided by their number, and
+    gradients synchronised on the last only (no_sync on the others)."""
     ddp = DDP(model)
     sampler = DistributedSampler(dataset, seed=args.seed)
-    steps_per_epoch = math.ceil(len(sampler) / args.batch_size)
-    total_steps = args.epochs * steps_per_epoch
+    batches_per_epoch = math.ceil(len(sampler) / args.batch_size)
+    total_steps = args.epochs * math.ceil(batches_per_epoch / args.accumulate)
     step = first_step
     for epoch in range(first_epoch, args.epochs):
         sampler.set_epoch(epoch)
         order = list(sampler)
-        for start in range(0, len(order), args.batch_size):
-            x, y = dataset[order[start:start + args.batch_size]]
+        starts = list(range(0, len(order), args.batch_size))
+        for first in range(0, len(starts), args.accumulate):
+            group = starts[first:first + args.accumulate]
             optimizer.zero_grad()
-            loss_of(args, ddp(x), y).backward()
+            for i, start in enumerate(group):
+                x, y = dataset[order[start:start + args.batch_size]]
+                with ddp.no_sync() if i + 1 < len(group) else contextlib.nullcontext():
+                    (loss_of(args, ddp(x), y) / len(group)).backward()
             if args.clip_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(ddp.parameters(), args.clip_grad_norm)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(args, step, epoch, total_steps)
+            for param_group in optimizer.param_groups:
+                param_group["lr"] = lr_at(args, step, epoch, total_steps)
             optimizer.step()
             step += 1
 
@@ -301,6 +317,7 @@ def main():
         command.add_argument("--lr-gamma", type=float, default=0.1)
         command.add_argument("--warmup-steps", type=int, default=0)
         command.add_argument("--loss", default="cross-entropy")
+        command.add_argument("--accumulate", type=int, default=1)
     args = parser.parse_args()
     if args.command == "make-model":
         make_model(args.kind, args.path, args.trace, args.width)
