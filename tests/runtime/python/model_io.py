@@ -12,8 +12,9 @@ training in Python DDP (Gloo, ranks from the torchrun variables) to compare ddp-
                                                 the original nn.Module and torch.optim optimizer loaded from a
                                                 ddp-train snapshot, trained to the end in Python DDP
   model_io.py split DATA N PT DIR               the first N samples of DATA to the file PT, the rest to DIR/*.npy
-  model_io.py make-bad-data CASE PATH           CASE: missing-key, rows, not-dict, truncated-pt, truncated-npy,
-                                                big-endian-npy, float64-x, short-x
+  model_io.py make-bad-data DIR                every case of bad data: DIR/CASE.pt for missing-key, rows, not-dict,
+                                                truncated-pt, float64-x, short-x; the directory DIR/CASE for
+                                                truncated-npy, big-endian-npy
   model_io.py run-script PATH STATE             torch.jit.load(PATH) against the eager module with STATE loaded:
                                                 prints "same outputs" when they agree
 options: --epochs N --batch-size N --seed N --optimizer sgd|adamw --lr X --momentum X --weight-decay X
@@ -137,28 +138,25 @@ def truncate(path):
         f.truncate(os.path.getsize(path) * 2 // 3)
 
 
-def make_bad_data(case, path):
+def make_bad_data(directory):
+    """All cases in one Python: each start of torch takes seconds on a loaded machine."""
     torch.manual_seed(0)
     x, y = torch.rand(20, 8), torch.randint(0, 4, (20,))
-    if case == "missing-key":
-        torch.save({"inputs": x, "y": y}, path)
-    elif case == "rows":
-        torch.save({"x": x, "y": y[:19]}, path)
-    elif case == "not-dict":
-        torch.save([x, y], path)
-    elif case == "truncated-pt":
-        torch.save({"x": x, "y": y}, path)
-        truncate(path)
-    elif case == "truncated-npy":
-        save(x, y, path, True)
-        truncate(os.path.join(path, "x.npy"))
-    elif case == "big-endian-npy":
-        save(x, y, path, True)
-        numpy.save(os.path.join(path, "x.npy"), x.numpy().astype(">f4"))
-    elif case == "float64-x":
-        torch.save({"x": x.double(), "y": y}, path)
-    elif case == "short-x":
-        torch.save({"x": x[:, :7], "y": y}, path)
+
+    def pt(case):
+        return os.path.join(directory, case + ".pt")
+
+    torch.save({"inputs": x, "y": y}, pt("missing-key"))
+    torch.save({"x": x, "y": y[:19]}, pt("rows"))
+    torch.save([x, y], pt("not-dict"))
+    torch.save({"x": x, "y": y}, pt("truncated-pt"))
+    truncate(pt("truncated-pt"))
+    torch.save({"x": x.double(), "y": y}, pt("float64-x"))
+    torch.save({"x": x[:, :7], "y": y}, pt("short-x"))
+    save(x, y, os.path.join(directory, "truncated-npy"), True)
+    truncate(os.path.join(directory, "truncated-npy", "x.npy"))
+    save(x, y, os.path.join(directory, "big-endian-npy"), True)
+    numpy.save(os.path.join(directory, "big-endian-npy", "x.npy"), x.numpy().astype(">f4"))
 
 
 def load_data(paths):
@@ -289,8 +287,7 @@ def main():
     splitter.add_argument("pt")
     splitter.add_argument("dir")
     bad = sub.add_parser("make-bad-data")
-    bad.add_argument("case")
-    bad.add_argument("path")
+    bad.add_argument("dir")
     script = sub.add_parser("run-script")
     script.add_argument("kind", choices=list(MODELS))
     script.add_argument("path")
@@ -326,7 +323,7 @@ def main():
     elif args.command == "split":
         split(args.data, args.first, args.pt, args.dir)
     elif args.command == "make-bad-data":
-        make_bad_data(args.case, args.path)
+        make_bad_data(args.dir)
     elif args.command == "train":
         train(args)
     elif args.command == "continue":
