@@ -112,8 +112,9 @@ numpy.lib.format.open_memmap(sys.argv[1] + '/y.npy', 'w+', '<i8', (int(sys.argv[
     pids+=($!)
   done
   sleep "$MEMORY_SECONDS"
-  echo "Memory per rank, 2 ranks on Gloo, scripted MLP, after ${MEMORY_SECONDS} s of training on $samples samples of"
-  echo "[1, 28, 28] float32 in x.npy: $(du -h --apparent-size "$data/x.npy" | cut -f1) ($((available_kb / 1048576)) GiB of memory available), memory-mapped"
+  echo "Memory per rank, 2 ranks on Gloo, scripted MLP, batch 32, ${MEMORY_SECONDS} s after the start: a memory-mapped"
+  echo "x.npy of $samples samples [1, 28, 28] float32, $(echo "scale=1; $samples * 3136 / 1073741824" | bc) GiB, with" \
+    "$(echo "scale=1; $available_kb / 1048576" | bc) GiB of memory available"
   printf '%-4s | %9s | %7s | %7s | %11s | %9s | %16s\n' rank "VmHWM MiB" "Rss MiB" "Pss MiB" "Private MiB" \
     "Anon MiB" "x.npy in Rss MiB"
   for rank in 0 1; do
