@@ -4,8 +4,18 @@
 # Python DDP (Debian's python3-torch, Gloo), the seed workload and an MLP of width 1024; then the time an
 # asynchronous snapshot blocks training against a synchronous save of the same state.
 #   runtime/bench/run_bench.sh [BUILD_DIR]      (default: build; configures and builds what is missing)
+# With --model, instead: ddp-train --model against Python DDP on the same TorchScript files (a scripted MLP and a
+# small CNN saved by python_ddp.py) and the same .npy data, on Gloo and on MPI; ddp-train's 2-rank scaling
+# efficiency; and each rank's memory while 2 ranks train on a memory-mapped .npy data set as large as the memory
+# available (twice each rank's share of the page cache).
+#   runtime/bench/run_bench.sh --model [BUILD_DIR]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+MODEL_MODE=false
+if [ "${1:-}" = --model ]; then
+  MODEL_MODE=true
+  shift
+fi
 BUILD=${1:-$ROOT/build}
 PYTHON=/usr/bin/python3  # Debian's, which has torch
 SEED_EPOCHS=${SEED_EPOCHS:-40}
@@ -13,6 +23,9 @@ SEED_EPOCHS_MPI=${SEED_EPOCHS_MPI:-400}  # 20x faster: as many epochs would take
 read -ra MPIRUN <<<"mpirun -np 2 --allow-run-as-root ${MPIRUN_OPTIONS:-}"  # e.g. MPIRUN_OPTIONS="--bind-to none"
 MLP_EPOCHS=${MLP_EPOCHS:-4}
 ROUNDS=${ROUNDS:-5}
+MODEL_SAMPLES=${MODEL_SAMPLES:-2048}     # [1, 28, 28] images in the --model runs' data set
+MODEL_EPOCHS=${MODEL_EPOCHS:-2}
+MEMORY_SECONDS=${MEMORY_SECONDS:-30}     # training time before each rank's memory is read
 
 [ -f "$BUILD/CMakeCache.txt" ] || cmake -S "$ROOT" -B "$BUILD" -G Ninja >/dev/null
 cmake --build "$BUILD" -j 2 --target ddp-train snapshot_bench allreduce_bench >/dev/null
@@ -37,6 +50,12 @@ mpi_ranks() {
   sed -n 's/^Trained .*: \([0-9]*\) samples\/s$/\1/p' "$WORK/mpirun.log"
 }
 
+# ddp-train alone, one process; prints its samples/s.
+one_rank() {
+  OMP_NUM_THREADS=1 "$DDP_TRAIN" "$@" >"$WORK/single.log" 2>&1
+  sed -n 's/^Trained .*: \([0-9]*\) samples\/s$/\1/p' "$WORK/single.log"
+}
+
 median() { sort -n | sed -n "$((($1 + 1) / 2))p"; }
 
 # Alternating runs, median of each: on a shared 2-core machine single runs of a latency-bound loop vary by 30%.
@@ -56,7 +75,86 @@ compare() {  # name, epochs, epochs on MPI, workload arguments
   printf '%-18s | %9s | %9s | %10s | %6.2f | %6.2f   (runs: Gloo %s; MPI %s; Python %s)\n' "$name" "$gloo_median" \
     "$mpi_median" "$python_median" "$(echo "$gloo_median / $python_median" | bc -l)" \
     "$(echo "$mpi_median / $python_median" | bc -l)" "${gloo[*]}" "${mpi[*]}" "${python[*]}"
+  GLOO_MEDIAN=$gloo_median
 }
+
+# 2 ranks' rate (compare's Gloo median) against twice one process's, the same 1 thread per process.
+scaling() {  # name, two-rank samples/s, epochs, training arguments
+  local name=$1 two=$2 epochs=$3 round single=()
+  shift 3
+  for ((round = 0; round < ROUNDS; round++)); do
+    single+=("$(one_rank "$@" --snapshot-dir "$WORK/snapshots-single" --output "$WORK/final.pt" "$epochs" 0)")
+  done
+  local one
+  one=$(printf '%s\n' "${single[@]}" | median "$ROUNDS")
+  printf '%-18s | %9s | %9s | %9.1f%%   (1-rank runs: %s)\n' "$name" "$one" "$two" \
+    "$(echo "100 * $two / (2 * $one)" | bc -l)" "${single[*]}"
+}
+
+# Each rank's memory after MEMORY_SECONDS of training on a memory-mapped data set as large as MemAvailable: the
+# page cache's share of each of the 2 ranks is at most half of it, so the data set is twice that share. The file is
+# sparse (its samples are zeros; the figure is about memory, not learning): written in no time, no disk used, and
+# its pages enter the page cache only as batches read them, as a data set on a shared file system would.
+memory_figures() {
+  local available_kb samples data=$WORK/huge rank pid
+  available_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+  samples=$((available_kb * 1024 / (28 * 28 * 4)))
+  "$PYTHON" -c "
+import numpy, sys, os
+os.makedirs(sys.argv[1])
+numpy.lib.format.open_memmap(sys.argv[1] + '/x.npy', 'w+', '<f4', (int(sys.argv[2]), 1, 28, 28))
+numpy.lib.format.open_memmap(sys.argv[1] + '/y.npy', 'w+', '<i8', (int(sys.argv[2]),))" "$data" "$samples"
+  local port=$((20000 + RANDOM % 10000)) pids=()
+  for rank in 0 1; do
+    env RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port USE_LIBUV=0 \
+      OMP_NUM_THREADS=1 "$DDP_TRAIN" --model "$WORK/mlp.pt" --data "$data" --snapshot-dir "$WORK/snapshots-huge" \
+      --output "$WORK/final.pt" 1 0 >"$WORK/huge$rank.log" 2>&1 &
+    pids+=($!)
+  done
+  sleep "$MEMORY_SECONDS"
+  echo "Memory per rank, 2 ranks on Gloo, scripted MLP, batch 32, ${MEMORY_SECONDS} s after the start: a memory-mapped"
+  echo "x.npy of $samples samples [1, 28, 28] float32, $(echo "scale=1; $samples * 3136 / 1073741824" | bc) GiB, with" \
+    "$(echo "scale=1; $available_kb / 1048576" | bc) GiB of memory available"
+  printf '%-4s | %9s | %7s | %7s | %11s | %9s | %16s\n' rank "VmHWM MiB" "Rss MiB" "Pss MiB" "Private MiB" \
+    "Anon MiB" "x.npy in Rss MiB"
+  for rank in 0 1; do
+    pid=${pids[$rank]}
+    grep -q '^Rss:' "/proc/$pid/smaps_rollup" 2>/dev/null || { cat "$WORK/huge$rank.log"; exit 1; }
+    awk -v rank="$rank" -v file="$data/x.npy" '
+      FILENAME ~ /status$/ && /^VmHWM:/ {hwm = $2}
+      FILENAME ~ /rollup$/ && $1 ~ /^(Rss|Pss|Private_Clean|Private_Dirty|Anonymous):$/ {total[$1] = $2}
+      FILENAME ~ /smaps$/ && /^[0-9a-f]+-[0-9a-f]+ / {in_file = ($NF == file)}
+      FILENAME ~ /smaps$/ && in_file && /^Rss:/ {mapped += $2}
+      END {printf "%-4s | %9d | %7d | %7d | %11d | %9d | %16d\n", rank, hwm / 1024, total["Rss:"] / 1024,
+             total["Pss:"] / 1024, (total["Private_Clean:"] + total["Private_Dirty:"]) / 1024,
+             total["Anonymous:"] / 1024, mapped / 1024}' \
+      "/proc/$pid/status" "/proc/$pid/smaps_rollup" "/proc/$pid/smaps"
+  done
+  kill "${pids[@]}"
+  wait "${pids[@]}" 2>/dev/null || true
+}
+
+if $MODEL_MODE; then
+  "$PYTHON" "$ROOT/runtime/bench/python_ddp.py" --save-model mlp "$WORK/mlp.pt"
+  "$PYTHON" "$ROOT/runtime/bench/python_ddp.py" --save-model cnn "$WORK/cnn.pt"
+  "$PYTHON" "$ROOT/runtime/bench/python_ddp.py" --save-data "$WORK/images" --samples "$MODEL_SAMPLES"
+  echo "ddp-train --model against Python DDP: the same TorchScript file and .npy data ($MODEL_SAMPLES images"
+  echo "[1, 28, 28], 10 classes), SGD, batch 32 per rank, 2 ranks, samples/s, median of $ROUNDS (this machine: $(nproc) cores)"
+  echo "ddp-train on Gloo (torchrun variables) and on the MPI group (${MPIRUN[*]}); Python DDP on Gloo"
+  printf '%-18s | %9s | %9s | %10s | %6s | %6s\n' model "C++ Gloo" "C++ MPI" "Python DDP" "Gloo/Py" "MPI/Py"
+  compare "MLP 784-1024-1024" "$MODEL_EPOCHS" "$MODEL_EPOCHS" --model "$WORK/mlp.pt" --data "$WORK/images"
+  mlp_two=$GLOO_MEDIAN
+  compare "CNN 16-32 conv" "$MODEL_EPOCHS" "$MODEL_EPOCHS" --model "$WORK/cnn.pt" --data "$WORK/images"
+  cnn_two=$GLOO_MEDIAN
+  echo
+  echo "ddp-train --model scaling on Gloo: 2 ranks' samples/s against twice one process's (1 thread each)"
+  printf '%-18s | %9s | %9s | %10s\n' model "1 rank" "2 ranks" efficiency
+  scaling "MLP 784-1024-1024" "$mlp_two" "$MODEL_EPOCHS" --model "$WORK/mlp.pt" --data "$WORK/images"
+  scaling "CNN 16-32 conv" "$cnn_two" "$MODEL_EPOCHS" --model "$WORK/cnn.pt" --data "$WORK/images"
+  echo
+  memory_figures
+  exit 0
+fi
 
 OMP_NUM_THREADS=1 "${MPIRUN[@]}" "$BUILD/runtime/bench/allreduce_bench"
 echo

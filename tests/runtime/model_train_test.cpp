@@ -1,6 +1,7 @@
 // ddp-train --model: TorchScript modules saved by Python, trained on data files, against Python DDP itself (Debian's
 // python3-torch, Gloo, 2 ranks, the same initial weights, sampler order and optimizer), exact resume, Python
-// continuing a run from a snapshot, and the refusals of bad input before the first step.
+// continuing a run from a snapshot, ranks sharing a memory-mapped data set, and the refusals of bad input before the
+// first step.
 #include <gtest/gtest.h>
 
 #include <ATen/core/Tensor.h>
@@ -9,6 +10,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <sstream>
+#include <thread>
 
 #include "test_support.hpp"
 
@@ -66,6 +70,68 @@ void expect_same_models(const std::string& a, const std::string& b, bool bitwise
   }
 }
 
+// A process's memory in kB, from /proc/PID/smaps: the mappings of one file summed.
+struct MappedMemory {
+  int64_t rss = 0;
+  int64_t shared = 0;  // pages other processes map too (dirty while the page cache has not written them back yet)
+  int64_t private_dirty = 0;
+  int64_t anonymous = 0;  // copied-on-write pages of the mapping
+};
+
+MappedMemory mapped_memory(pid_t pid, const std::string& file) {
+  std::istringstream smaps(testing::read_text("/proc/" + std::to_string(pid) + "/smaps"));
+  MappedMemory memory;
+  bool in_file = false;
+  const std::string suffix = " " + file;
+  for (std::string line; std::getline(smaps, line);) {
+    // A mapping's first line is "start-end perms offset dev inode path"; its fields follow as "Name:  value kB".
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos || line.find(' ') < colon) {
+      in_file = line.size() >= suffix.size() && line.compare(line.size() - suffix.size(), suffix.size(), suffix) == 0;
+      continue;
+    }
+    const std::string name = line.substr(0, colon);
+    int64_t* counter = name == "Rss"             ? &memory.rss
+                       : name == "Shared_Clean"  ? &memory.shared
+                       : name == "Shared_Dirty"  ? &memory.shared
+                       : name == "Private_Dirty" ? &memory.private_dirty
+                       : name == "Anonymous"     ? &memory.anonymous
+                                                 : nullptr;
+    if (in_file && counter != nullptr) *counter += std::stoll(line.substr(colon + 1));
+  }
+  return memory;
+}
+
+// All anonymous memory of a process in kB (heap, stacks, copies), from /proc/PID/smaps_rollup.
+int64_t anonymous_kb(pid_t pid) {
+  std::istringstream rollup(testing::read_text("/proc/" + std::to_string(pid) + "/smaps_rollup"));
+  for (std::string line; std::getline(rollup, line);) {
+    if (line.rfind("Anonymous:", 0) == 0) return std::stoll(line.substr(line.find(':') + 1));
+  }
+  return -1;
+}
+
+bool has_ended(pid_t pid) {
+  const std::string stat = testing::read_text("/proc/" + std::to_string(pid) + "/stat");
+  const std::size_t close = stat.rfind(')');
+  return close == std::string::npos || stat.compare(close + 1, 3, " Z ") == 0;
+}
+
+// Ends ranks still running when a test leaves, also on a failed assertion.
+class KillAtEnd {
+ public:
+  explicit KillAtEnd(const std::vector<testing::Process>& ranks) : ranks_(ranks) {}
+  ~KillAtEnd() {
+    for (const auto& rank : ranks_) kill(-rank.pid, SIGKILL);
+    for (const auto& rank : ranks_) testing::wait_for(rank);
+  }
+  KillAtEnd(const KillAtEnd&) = delete;
+  KillAtEnd& operator=(const KillAtEnd&) = delete;
+
+ private:
+  const std::vector<testing::Process>& ranks_;
+};
+
 class DdpTrainModel : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -92,6 +158,41 @@ class DdpTrainModel : public ::testing::Test {
     expect_all_succeed(
         testing::run_ranks(2, ddp_train_model(train_dir, model, data, with(train_args, {total, "0"})), train_dir));
     expect_same_models(train_dir + "/final.pt", python_dir + "/final.pt", false);
+  }
+
+  // ddp-train trains the cnn 4 epochs with `hyper` and a snapshot every epoch; Python's nn.Module and torch.optim
+  // optimizer, loaded from the snapshot after epoch 2, train the last 2 epochs in Python DDP to ddp-train's final
+  // parameters; the final TorchScript file runs like the final state dict.
+  void expect_python_continues(const std::vector<std::string>& hyper) {
+    model_io({"make-model", "cnn", dir_ + "/cnn.pt"});
+    model_io({"make-data", "cnn", dir_ + "/data.pt", "--samples", "96"});
+    expect_all_succeed(testing::run_ranks(
+        2, ddp_train_model(dir_, dir_ + "/cnn.pt", dir_ + "/data.pt", with(hyper, {"--keep", "9", "4", "1"})), dir_));
+    const std::string snapshot = dir_ + "/snapshots/snapshot-e000002-s000000000012-rdefault.pt";
+    expect_all_succeed(
+        testing::run_ranks(2,
+                           with({testing::torch_python(), testing::python_script("model_io.py"), "continue", "cnn",
+                                 snapshot, dir_ + "/data.pt", dir_ + "/python.pt", "--epochs", "4"},
+                                hyper),
+                           dir_, kPythonEnv));
+    expect_same_models(dir_ + "/final.pt", dir_ + "/python.pt", false);
+    const Result script = testing::run({testing::torch_python(), testing::python_script("model_io.py"), "run-script",
+                                        "cnn", dir_ + "/final.script.pt", dir_ + "/final.pt"});
+    EXPECT_EQ(script.output, "same outputs\n") << script.output;
+  }
+
+  // ddp-train on 2 ranks with `model`, `data` and `args`: every rank exits with status 2 and one line holding `part`,
+  // before any epoch.
+  void expect_refused(const std::string& model, const std::string& data, const std::vector<std::string>& args,
+                      const std::string& part) {
+    SCOPED_TRACE(model + " on " + data);
+    const std::string run = testing::make_temp_dir();
+    for (const Result& r : testing::run_ranks(2, ddp_train_model(run, model, data, with(args, {"2", "1"})), run)) {
+      EXPECT_EQ(r.status, 2) << r.output;
+      EXPECT_TRUE(contains(r.output, part)) << r.output;
+      EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+      EXPECT_FALSE(contains(r.output, "Epoch")) << r.output;
+    }
   }
 
   std::string dir_;
@@ -139,25 +240,79 @@ TEST_F(DdpTrainModel, ResumeIsExactAfterAKillWithBatchNormAndDropout) {
       << resumed[0].output;
 }
 
+TEST_F(DdpTrainModel, EndsWithPythonDdpsParametersWhenAccumulatingGradientsUnderNoSync) {
+  model_io({"make-model", "mlp", dir_ + "/mlp.pt"});
+  model_io({"make-data", "mlp", dir_ + "/data.pt", "--samples", "200"});
+  // 100 samples per rank in batches of 16: 7 batches an epoch, optimizer steps of 3, 3 and 1 batches.
+  expect_same_as_python(dir_ + "/mlp.pt", dir_ + "/data.pt",
+                        {"--epochs", "2", "--batch-size", "16", "--accumulate", "3", "--lr", "0.05", "--momentum",
+                         "0.9", "--lr-schedule", "cosine", "--warmup-steps", "2"});
+}
+
+TEST_F(DdpTrainModel, EndsWithPythonDdpsParametersWithMseLossOnRegressionTargets) {
+  model_io({"make-model", "mlp", dir_ + "/mlp.pt"});
+  model_io({"make-data", "regression", dir_ + "/data.pt", "--samples", "200"});
+  expect_same_as_python(dir_ + "/mlp.pt", dir_ + "/data.pt",
+                        {"--epochs", "2", "--batch-size", "16", "--loss", "mse", "--lr", "0.05", "--momentum", "0.9"});
+}
+
+TEST_F(DdpTrainModel, EndsWithPythonDdpsParametersWithNllLossOnAModuleEndingInLogSoftmax) {
+  model_io({"make-model", "mlp-log-softmax", dir_ + "/mlp.pt"});
+  model_io({"make-data", "mlp", dir_ + "/data.pt", "--samples", "200"});
+  expect_same_as_python(dir_ + "/mlp.pt", dir_ + "/data.pt",
+                        {"--epochs", "2", "--batch-size", "16", "--loss", "nll", "--lr", "0.05", "--momentum", "0.9"});
+}
+
 // A researcher takes a ddp-train run back to Python: the original nn.Module and torch.optim optimizer load the
 // snapshot's state and finish the run as ddp-train would have; the TorchScript file runs like the state dict.
 TEST_F(DdpTrainModel, PythonContinuesTheRunFromASnapshotAndRunsTheFinalTorchScript) {
+  expect_python_continues({"--batch-size", "8", "--lr", "0.05", "--momentum", "0.9", "--seed", "4"});
+}
+
+// AdamW's state: torch.optim.AdamW.load_state_dict takes the snapshot's step counts and moments.
+TEST_F(DdpTrainModel, PythonContinuesAnAdamWRunFromASnapshot) {
+  expect_python_continues(
+      {"--batch-size", "8", "--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.05", "--seed", "4"});
+}
+
+// Two ranks train on one memory-mapped .npy data set: the pages they read are the page cache's, mapped by both
+// (Shared_Clean and Shared_Dirty), never written or copied (Private_Dirty, Anonymous), and neither rank holds a copy
+// of the data in its anonymous memory.
+TEST_F(DdpTrainModel, RanksShareTheMappedPagesOfAnNpyDataSet) {
   model_io({"make-model", "cnn", dir_ + "/cnn.pt"});
-  model_io({"make-data", "cnn", dir_ + "/data.pt", "--samples", "96"});
-  const std::vector<std::string> hyper{"--batch-size", "8", "--lr", "0.05", "--momentum", "0.9", "--seed", "4"};
-  expect_all_succeed(testing::run_ranks(
-      2, ddp_train_model(dir_, dir_ + "/cnn.pt", dir_ + "/data.pt", with(hyper, {"--keep", "9", "4", "1"})), dir_));
-  const std::string snapshot = dir_ + "/snapshots/snapshot-e000002-s000000000012-rdefault.pt";
-  expect_all_succeed(
-      testing::run_ranks(2,
-                         with({testing::torch_python(), testing::python_script("model_io.py"), "continue", "cnn",
-                               snapshot, dir_ + "/data.pt", dir_ + "/python.pt", "--epochs", "4"},
-                              hyper),
-                         dir_, kPythonEnv));
-  expect_same_models(dir_ + "/final.pt", dir_ + "/python.pt", false);
-  const Result script = testing::run({testing::torch_python(), testing::python_script("model_io.py"), "run-script",
-                                      "cnn", dir_ + "/final.script.pt", dir_ + "/final.pt"});
-  EXPECT_EQ(script.output, "same outputs\n") << script.output;
+  // 2^20 samples of [1, 8, 8] float32: 256 MiB of inputs, more than a rank's anonymous memory, so a copy would show.
+  model_io({"make-data", "cnn", dir_ + "/data", "--npy", "--samples", "1048576"});
+  const std::string inputs = dir_ + "/data/x.npy";
+  struct stat info;
+  ASSERT_EQ(stat(inputs.c_str(), &info), 0);
+  const int64_t file_kb = info.st_size / 1024;
+  const auto ranks = testing::spawn_ranks(
+      2, ddp_train_model(dir_, dir_ + "/cnn.pt", dir_ + "/data", {"--batch-size", "1024", "100", "0"}), dir_);
+  const KillAtEnd kill_at_end(ranks);  // long before its 100 epochs end
+  // Batches of 1024 random samples, 16 to a page, reach 90% of the pages within about 150 steps per rank.
+  std::vector<MappedMemory> memory(ranks.size());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (bool all_read = false; !all_read;) {
+    all_read = true;
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      ASSERT_FALSE(has_ended(ranks[r].pid)) << testing::read_text(ranks[r].output_path);
+      memory[r] = mapped_memory(ranks[r].pid, inputs);
+      all_read = all_read && memory[r].rss >= file_kb * 9 / 10;
+    }
+    ASSERT_TRUE(std::chrono::steady_clock::now() < deadline)
+        << "after 60 s the ranks have " << memory[0].rss << " and " << memory[1].rss << " kB of " << inputs
+        << " mapped, of " << file_kb << " kB";
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(memory[r].private_dirty, 0);
+    EXPECT_EQ(memory[r].anonymous, 0);
+    EXPECT_GE(memory[r].shared, file_kb * 8 / 10) << "of " << file_kb << " kB";
+    const int64_t anonymous = anonymous_kb(ranks[r].pid);
+    EXPECT_GT(anonymous, 0);
+    EXPECT_LT(anonymous, file_kb / 2) << "kB of anonymous memory; the inputs are " << file_kb << " kB";
+  }
 }
 
 TEST_F(DdpTrainModel, ShardsTrainLikeTheirConcatenation) {
@@ -173,30 +328,16 @@ TEST_F(DdpTrainModel, ShardsTrainLikeTheirConcatenation) {
   expect_same_models(dir_ + "/one/final.pt", dir_ + "/shards/final.pt", true);
 }
 
-TEST_F(DdpTrainModel, RefusesBadInputOnEveryRankWithOneLineBeforeTheFirstStep) {
+// The refusals of bad input come in two tests, each within CTest's time limit on a loaded machine: every one starts
+// 2 ranks of ddp-train, and every model_io.py call starts a Python with torch.
+TEST_F(DdpTrainModel, RefusesABadModelOrLossOnEveryRankWithOneLineBeforeTheFirstStep) {
   model_io({"make-model", "mlp", dir_ + "/mlp.pt"});
   model_io({"make-model", "two-inputs", dir_ + "/two.pt"});
   model_io({"make-model", "tuple-output", dir_ + "/tuple.pt"});
   model_io({"make-data", "mlp", dir_ + "/data.pt"});
   model_io({"make-data", "regression", dir_ + "/regression.pt"});
   model_io({"make-data", "mlp", dir_ + "/ten.pt", "--classes", "10", "--samples", "400"});
-  for (const std::string bad : {"missing-key", "rows", "not-dict", "truncated-pt", "float64-x", "short-x"}) {
-    model_io({"make-bad-data", bad, dir_ + "/" + bad + ".pt"});
-  }
-  for (const std::string bad : {"truncated-npy", "big-endian-npy"}) model_io({"make-bad-data", bad, dir_ + "/" + bad});
   testing::write_bytes(dir_ + "/notes.txt", "not a model\n");
-
-  const auto expect_refused = [&](const std::string& model, const std::string& data,
-                                  const std::vector<std::string>& args, const std::string& part) {
-    SCOPED_TRACE(model + " on " + data);
-    const std::string run = testing::make_temp_dir();
-    for (const Result& r : testing::run_ranks(2, ddp_train_model(run, model, data, with(args, {"2", "1"})), run)) {
-      EXPECT_EQ(r.status, 2) << r.output;
-      EXPECT_TRUE(contains(r.output, part)) << r.output;
-      EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-      EXPECT_FALSE(contains(r.output, "Epoch")) << r.output;
-    }
-  };
   const std::string d = dir_;
   expect_refused(d + "/notes.txt", d + "/data.pt", {}, d + "/notes.txt is not a TorchScript module");
   expect_refused(d + "/data.pt", d + "/data.pt", {}, "it looks like tensors saved by torch.save");
@@ -210,6 +351,12 @@ TEST_F(DdpTrainModel, RefusesBadInputOnEveryRankWithOneLineBeforeTheFirstStep) {
                  "--loss nll needs outputs [batch, classes, ...]");
   expect_refused(d + "/mlp.pt", d + "/ten.pt", {},
                  d + "/ten.pt 'y' holds the class index 9, but the model outputs 4 classes");
+}
+
+TEST_F(DdpTrainModel, RefusesBadDataOnEveryRankWithOneLineBeforeTheFirstStep) {
+  model_io({"make-model", "mlp", dir_ + "/mlp.pt"});
+  model_io({"make-bad-data", dir_});
+  const std::string d = dir_;
   expect_refused(d + "/mlp.pt", d + "/missing-key.pt", {}, d + "/missing-key.pt has no key 'x'");
   expect_refused(d + "/mlp.pt", d + "/rows.pt", {}, d + "/rows.pt 'x' has 20 samples but " + d + "/rows.pt 'y' has 19");
   expect_refused(d + "/mlp.pt", d + "/not-dict.pt", {},

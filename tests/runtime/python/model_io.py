@@ -1,7 +1,8 @@
 """Python's side of the --model tests, with Debian's python3-torch: scripted modules, data files, and the same
 training in Python DDP (Gloo, ranks from the torchrun variables) to compare ddp-train with.
 
-  model_io.py make-model KIND PATH [--trace]    KIND: mlp, cnn, two-inputs, tuple-output; torch.manual_seed(0)
+  model_io.py make-model KIND PATH [--trace]    KIND: mlp, mlp-log-softmax (the mlp ending in log_softmax), cnn,
+                                                two-inputs, tuple-output; torch.manual_seed(0)
   model_io.py make-data KIND PATH [--npy]       KIND: mlp (x [N, 8], 4 classes), cnn (x [N, 1, 8, 8], 10 classes),
                                                 regression (x [N, 8], y [N, 4]); N from --samples; a .pt file,
                                                 or with --npy a directory of x.npy and y.npy
@@ -11,15 +12,17 @@ training in Python DDP (Gloo, ranks from the torchrun variables) to compare ddp-
                                                 the original nn.Module and torch.optim optimizer loaded from a
                                                 ddp-train snapshot, trained to the end in Python DDP
   model_io.py split DATA N PT DIR               the first N samples of DATA to the file PT, the rest to DIR/*.npy
-  model_io.py make-bad-data CASE PATH           CASE: missing-key, rows, not-dict, truncated-pt, truncated-npy,
-                                                big-endian-npy, float64-x, short-x
+  model_io.py make-bad-data DIR                every case of bad data: DIR/CASE.pt for missing-key, rows, not-dict,
+                                                truncated-pt, float64-x, short-x; the directory DIR/CASE for
+                                                truncated-npy, big-endian-npy
   model_io.py run-script PATH STATE             torch.jit.load(PATH) against the eager module with STATE loaded:
                                                 prints "same outputs" when they agree
 options: --epochs N --batch-size N --seed N --optimizer sgd|adamw --lr X --momentum X --weight-decay X
          --clip-grad-norm X --lr-schedule constant|step|cosine --lr-step-epochs N --lr-gamma X --warmup-steps N
-         --loss mse|cross-entropy|nll
+         --loss mse|cross-entropy|nll --accumulate N
 """
 import argparse
+import contextlib
 import math
 import os
 
@@ -39,14 +42,16 @@ torch._C._set_graph_executor_optimize(False)
 
 
 class Mlp(nn.Module):
-    def __init__(self, width=32):
+    def __init__(self, width=32, log_probabilities=False):
         super().__init__()
         self.fc1 = nn.Linear(8, width)
         self.fc2 = nn.Linear(width, width)
         self.out = nn.Linear(width, 4)
+        self.log_probabilities = log_probabilities
 
     def forward(self, x):
-        return self.out(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+        logits = self.out(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+        return F.log_softmax(logits, dim=1) if self.log_probabilities else logits
 
 
 class SmallCnn(nn.Module):
@@ -82,13 +87,19 @@ class TupleOutput(nn.Module):
         return self.fc(x), x
 
 
-MODELS = {"mlp": Mlp, "cnn": SmallCnn, "two-inputs": TwoInputs, "tuple-output": TupleOutput}
-INPUTS = {"mlp": (8,), "cnn": (1, 8, 8), "two-inputs": (8,), "tuple-output": (8,)}
+def LogSoftmaxMlp(width=32):
+    return Mlp(width, log_probabilities=True)
+
+
+MODELS = {"mlp": Mlp, "mlp-log-softmax": LogSoftmaxMlp, "cnn": SmallCnn, "two-inputs": TwoInputs,
+          "tuple-output": TupleOutput}
+INPUTS = {"mlp": (8,), "mlp-log-softmax": (8,), "cnn": (1, 8, 8), "two-inputs": (8,), "tuple-output": (8,)}
+WIDE = ("mlp", "mlp-log-softmax")
 
 
 def make_model(kind, path, trace, width):
     torch.manual_seed(0)
-    model = MODELS[kind](width) if kind == "mlp" else MODELS[kind]()
+    model = MODELS[kind](width) if kind in WIDE else MODELS[kind]()
     if trace:
         model.eval()
         torch.jit.trace(model, torch.rand(2, *INPUTS[kind])).save(path)
@@ -127,28 +138,25 @@ def truncate(path):
         f.truncate(os.path.getsize(path) * 2 // 3)
 
 
-def make_bad_data(case, path):
+def make_bad_data(directory):
+    """All cases in one Python: each start of torch takes seconds on a loaded machine."""
     torch.manual_seed(0)
     x, y = torch.rand(20, 8), torch.randint(0, 4, (20,))
-    if case == "missing-key":
-        torch.save({"inputs": x, "y": y}, path)
-    elif case == "rows":
-        torch.save({"x": x, "y": y[:19]}, path)
-    elif case == "not-dict":
-        torch.save([x, y], path)
-    elif case == "truncated-pt":
-        torch.save({"x": x, "y": y}, path)
-        truncate(path)
-    elif case == "truncated-npy":
-        save(x, y, path, True)
-        truncate(os.path.join(path, "x.npy"))
-    elif case == "big-endian-npy":
-        save(x, y, path, True)
-        numpy.save(os.path.join(path, "x.npy"), x.numpy().astype(">f4"))
-    elif case == "float64-x":
-        torch.save({"x": x.double(), "y": y}, path)
-    elif case == "short-x":
-        torch.save({"x": x[:, :7], "y": y}, path)
+
+    def pt(case):
+        return os.path.join(directory, case + ".pt")
+
+    torch.save({"inputs": x, "y": y}, pt("missing-key"))
+    torch.save({"x": x, "y": y[:19]}, pt("rows"))
+    torch.save([x, y], pt("not-dict"))
+    torch.save({"x": x, "y": y}, pt("truncated-pt"))
+    truncate(pt("truncated-pt"))
+    torch.save({"x": x.double(), "y": y}, pt("float64-x"))
+    torch.save({"x": x[:, :7], "y": y}, pt("short-x"))
+    save(x, y, os.path.join(directory, "truncated-npy"), True)
+    truncate(os.path.join(directory, "truncated-npy", "x.npy"))
+    save(x, y, os.path.join(directory, "big-endian-npy"), True)
+    numpy.save(os.path.join(directory, "big-endian-npy", "x.npy"), x.numpy().astype(">f4"))
 
 
 def load_data(paths):
@@ -193,23 +201,29 @@ def loss_of(args, output, target):
 
 def train_ddp(args, model, dataset, optimizer, first_epoch, first_step):
     """The DataLoader's batches without the DataLoader, which draws a seed from the global generator for every
-    epoch's iterator: dropout would then see other random numbers than in ddp-train."""
+    epoch's iterator: dropout would then see other random numbers than in ddp-train. With --accumulate N, N
+    batches per optimizer step (the epoch's last step may have fewer), each loss divided by their number, and
+    gradients synchronised on the last only (no_sync on the others)."""
     ddp = DDP(model)
     sampler = DistributedSampler(dataset, seed=args.seed)
-    steps_per_epoch = math.ceil(len(sampler) / args.batch_size)
-    total_steps = args.epochs * steps_per_epoch
+    batches_per_epoch = math.ceil(len(sampler) / args.batch_size)
+    total_steps = args.epochs * math.ceil(batches_per_epoch / args.accumulate)
     step = first_step
     for epoch in range(first_epoch, args.epochs):
         sampler.set_epoch(epoch)
         order = list(sampler)
-        for start in range(0, len(order), args.batch_size):
-            x, y = dataset[order[start:start + args.batch_size]]
+        starts = list(range(0, len(order), args.batch_size))
+        for first in range(0, len(starts), args.accumulate):
+            group = starts[first:first + args.accumulate]
             optimizer.zero_grad()
-            loss_of(args, ddp(x), y).backward()
+            for i, start in enumerate(group):
+                x, y = dataset[order[start:start + args.batch_size]]
+                with ddp.no_sync() if i + 1 < len(group) else contextlib.nullcontext():
+                    (loss_of(args, ddp(x), y) / len(group)).backward()
             if args.clip_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(ddp.parameters(), args.clip_grad_norm)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(args, step, epoch, total_steps)
+            for param_group in optimizer.param_groups:
+                param_group["lr"] = lr_at(args, step, epoch, total_steps)
             optimizer.step()
             step += 1
 
@@ -273,8 +287,7 @@ def main():
     splitter.add_argument("pt")
     splitter.add_argument("dir")
     bad = sub.add_parser("make-bad-data")
-    bad.add_argument("case")
-    bad.add_argument("path")
+    bad.add_argument("dir")
     script = sub.add_parser("run-script")
     script.add_argument("kind", choices=list(MODELS))
     script.add_argument("path")
@@ -301,6 +314,7 @@ def main():
         command.add_argument("--lr-gamma", type=float, default=0.1)
         command.add_argument("--warmup-steps", type=int, default=0)
         command.add_argument("--loss", default="cross-entropy")
+        command.add_argument("--accumulate", type=int, default=1)
     args = parser.parse_args()
     if args.command == "make-model":
         make_model(args.kind, args.path, args.trace, args.width)
@@ -309,7 +323,7 @@ def main():
     elif args.command == "split":
         split(args.data, args.first, args.pt, args.dir)
     elif args.command == "make-bad-data":
-        make_bad_data(args.case, args.path)
+        make_bad_data(args.dir)
     elif args.command == "train":
         train(args)
     elif args.command == "continue":
