@@ -16,10 +16,11 @@ trap '"$CLUSTER" down >/dev/null 2>&1' EXIT
 
 median() { printf '%s\n' "$@" | sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
-rows=()
+rows=() slurm=""
 for nodes in $SIZES; do
   "$CLUSTER" up --nodes "$nodes" --plugin "$BUILD/spank_plugin/ddp.so" >/dev/null
   eval "$("$CLUSTER" env)"
+  slurm=$("$CLUSTER" exec srun --version)
   overhead=$("$ROOT/bench/srun_overhead.sh" "$BUILD" "$RUNS" "$nodes")
   echo "$overhead"
   script=$DDP_CLUSTER_SHARED/rendezvous_time.py
@@ -38,7 +39,7 @@ for nodes in $SIZES; do
     "$(median "${seconds[@]}")")")
   "$CLUSTER" down >/dev/null
 done
-echo "scale_bench: $(srun --version 2>/dev/null || true), $(/usr/bin/python3 -c 'import torch; print("torch", torch.__version__)'), $(nproc) cores"
+echo "scale_bench: $slurm, $(/usr/bin/python3 -c 'import torch; print("torch", torch.__version__)'), $(nproc) cores"
 echo "| nodes | tasks | plain srun  | srun --ddp  | ratio  | rendezvous (median of $RENDEZVOUS_RUNS, 1 rank/node) |"
 echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

@@ -30,7 +30,9 @@ constexpr const char* kUsage = R"(usage: ddp-why [options] JOBID[.STEP]
 Names the first failure of a --ddp step: rank, node, exit status, the exception and its traceback, from the
 reports its tasks left (TORCHELASTIC_ERROR_FILE, written by PyTorch's @record and by ddp-train) and from srun's
 lines about tasks that exited badly; lists PyTorch's NCCL flight-recorder dumps. For a task without a report,
-the last lines of its output. JOBID alone: the job's latest step that left reports.
+the last lines of its own output when srun labelled each line with its task (srun --label), else the last lines
+of the step's output before the failure, whatever task wrote them. JOBID alone: the job's latest step that left
+reports.
 options:
   --log-dir DIR     where the steps' reports are (default: DDP_LOG_DIR, else ~/.cache/slurm-ddp)
   --stderr FILE     srun's standard error of the step (default: the job's StdErr file, from scontrol)
@@ -210,7 +212,9 @@ void print_failure(const std::string& what, const ddp::FirstFailure& failure, co
       std::cout << "  last lines of task " << failure.rank << "'s output:\n";
       for (const auto& line : *tail) std::cout << "    " << line << "\n";
     } else {
-      std::cout << "  srun's output is not labelled by task (srun --label would); its last lines before the failure:\n";
+      std::cout << "  srun's output is not labelled by task, so task " << failure.rank
+                << "'s own lines cannot be told apart (srun --label labels them); the step's last lines before the "
+                   "failure:\n";
       for (const auto& line : output_before_failure(srun_output, args.lines)) std::cout << "    " << line << "\n";
     }
   }

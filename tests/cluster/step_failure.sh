@@ -4,7 +4,8 @@
 #   --ddp-keep-going or Slurm's own --kill-on-bad-exit=0 the others run to their end;
 # - the failed rank's exception reaches its TORCHELASTIC_ERROR_FILE through PyTorch's own @record; srun names the first
 #   failure when it exits, and ddp-why shows rank, node, exit status, exception and traceback; for a rank killed
-#   without a report, ddp-why names it from srun's lines and shows the end of its output;
+#   without a report, ddp-why names it from srun's lines and shows the end of its output (of the step's output, naming
+#   srun --label, when srun did not label the lines);
 # - a step that succeeds leaves no log directory; PyTorch's watchdog settings reach the tasks, a user's value wins;
 # - bad input: a report that is not JSON or is another step's is ignored with a warning, another user's job and an
 #   unreadable log directory are refused in one line, a relative DDP_LOG_DIR fails the step naming it.
@@ -78,6 +79,15 @@ report=$(why --stderr "$TEST_DIR/kill.out" "$job")
 assert_contains "$report" "first failure: rank 2 on node2, Killed (no error report" "the killed rank, from srun's line"
 assert_contains "$report" "last lines of task 2's output:" "its own output, by srun's labels"
 assert_contains "$report" "rank 2 is about to fail (kill) in step $job." "the end of its output"
+# Without --label, srun's output cannot be split by task: ddp-why says so, names --label and shows the step's last
+# lines before srun's line about the kill.
+run_step kill_unlabelled FAIL_RANK=2 FAIL_HOW=kill -- "${STEP[@]}"
+out=$(cat "$TEST_DIR/kill_unlabelled.out")
+job=$(sed -n 's/.*is about to fail (kill) in step \([0-9]*\)\..*/\1/p' <<<"$out")
+report=$(why --stderr "$TEST_DIR/kill_unlabelled.out" "$job")
+assert_contains "$report" "first failure: rank 2 on node2, Killed (no error report" "the killed rank, unlabelled output"
+assert_contains "$report" "task 2's own lines cannot be told apart (srun --label labels them)" "the way to its own lines"
+assert_contains "$report" "    rank 2 is about to fail (kill) in step $job." "the step's last lines"
 
 # 5. Opting out: the others run to their end.
 run_step keep_going FAIL_RANK=1 SLEEP=2 -- "${STEP[@]}" --ddp-keep-going
