@@ -75,20 +75,20 @@ compare() {  # name, epochs, epochs on MPI, workload arguments
   printf '%-18s | %9s | %9s | %10s | %6.2f | %6.2f   (runs: Gloo %s; MPI %s; Python %s)\n' "$name" "$gloo_median" \
     "$mpi_median" "$python_median" "$(echo "$gloo_median / $python_median" | bc -l)" \
     "$(echo "$mpi_median / $python_median" | bc -l)" "${gloo[*]}" "${mpi[*]}" "${python[*]}"
-  GLOO_MEDIAN=$gloo_median
+  GLOO_MEDIAN=$gloo_median MPI_MEDIAN=$mpi_median
 }
 
-# 2 ranks' rate (compare's Gloo median) against twice one process's, the same 1 thread per process.
-scaling() {  # name, two-rank samples/s, epochs, training arguments
-  local name=$1 two=$2 epochs=$3 round single=()
-  shift 3
+# 2 ranks' rate (compare's Gloo and MPI medians) against twice one process's, the same 1 thread per process.
+scaling() {  # name, two-rank samples/s on Gloo, on MPI, epochs, training arguments
+  local name=$1 two=$2 two_mpi=$3 epochs=$4 round single=()
+  shift 4
   for ((round = 0; round < ROUNDS; round++)); do
     single+=("$(one_rank "$@" --snapshot-dir "$WORK/snapshots-single" --output "$WORK/final.pt" "$epochs" 0)")
   done
   local one
   one=$(printf '%s\n' "${single[@]}" | median "$ROUNDS")
-  printf '%-18s | %9s | %9s | %9.1f%%   (1-rank runs: %s)\n' "$name" "$one" "$two" \
-    "$(echo "100 * $two / (2 * $one)" | bc -l)" "${single[*]}"
+  printf '%-18s | %9s | %9s | %9.1f%% | %9s | %9.1f%%   (1-rank runs: %s)\n' "$name" "$one" "$two" \
+    "$(echo "100 * $two / (2 * $one)" | bc -l)" "$two_mpi" "$(echo "100 * $two_mpi / (2 * $one)" | bc -l)" "${single[*]}"
 }
 
 # Each rank's memory after MEMORY_SECONDS of training on a memory-mapped data set as large as MemAvailable: the
@@ -143,14 +143,14 @@ if $MODEL_MODE; then
   echo "ddp-train on Gloo (torchrun variables) and on the MPI group (${MPIRUN[*]}); Python DDP on Gloo"
   printf '%-18s | %9s | %9s | %10s | %6s | %6s\n' model "C++ Gloo" "C++ MPI" "Python DDP" "Gloo/Py" "MPI/Py"
   compare "MLP 784-1024-1024" "$MODEL_EPOCHS" "$MODEL_EPOCHS" --model "$WORK/mlp.pt" --data "$WORK/images"
-  mlp_two=$GLOO_MEDIAN
+  mlp_two=$GLOO_MEDIAN mlp_two_mpi=$MPI_MEDIAN
   compare "CNN 16-32 conv" "$MODEL_EPOCHS" "$MODEL_EPOCHS" --model "$WORK/cnn.pt" --data "$WORK/images"
-  cnn_two=$GLOO_MEDIAN
+  cnn_two=$GLOO_MEDIAN cnn_two_mpi=$MPI_MEDIAN
   echo
-  echo "ddp-train --model scaling on Gloo: 2 ranks' samples/s against twice one process's (1 thread each)"
-  printf '%-18s | %9s | %9s | %10s\n' model "1 rank" "2 ranks" efficiency
-  scaling "MLP 784-1024-1024" "$mlp_two" "$MODEL_EPOCHS" --model "$WORK/mlp.pt" --data "$WORK/images"
-  scaling "CNN 16-32 conv" "$cnn_two" "$MODEL_EPOCHS" --model "$WORK/cnn.pt" --data "$WORK/images"
+  echo "ddp-train --model scaling: 2 ranks' samples/s (on Gloo, on MPI) against twice one process's (1 thread each)"
+  printf '%-18s | %9s | %9s | %10s | %9s | %10s\n' model "1 rank" "2 on Gloo" efficiency "2 on MPI" efficiency
+  scaling "MLP 784-1024-1024" "$mlp_two" "$mlp_two_mpi" "$MODEL_EPOCHS" --model "$WORK/mlp.pt" --data "$WORK/images"
+  scaling "CNN 16-32 conv" "$cnn_two" "$cnn_two_mpi" "$MODEL_EPOCHS" --model "$WORK/cnn.pt" --data "$WORK/images"
   echo
   memory_figures
   exit 0
