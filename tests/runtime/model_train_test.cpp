@@ -74,8 +74,9 @@ void expect_same_models(const std::string& a, const std::string& b, bool bitwise
 struct MappedMemory {
   int64_t rss = 0;
   int64_t shared = 0;  // pages other processes map too (dirty while the page cache has not written them back yet)
-  int64_t private_dirty = 0;
-  int64_t anonymous = 0;  // copied-on-write pages of the mapping
+  // Copied-on-write pages of the mapping: the one sign of a write. Private_Dirty is not: a page-cache page not yet
+  // written back (always, on tmpfs) that only this process maps so far counts there too.
+  int64_t anonymous = 0;
 };
 
 MappedMemory mapped_memory(pid_t pid, const std::string& file) {
@@ -91,12 +92,11 @@ MappedMemory mapped_memory(pid_t pid, const std::string& file) {
       continue;
     }
     const std::string name = line.substr(0, colon);
-    int64_t* counter = name == "Rss"             ? &memory.rss
-                       : name == "Shared_Clean"  ? &memory.shared
-                       : name == "Shared_Dirty"  ? &memory.shared
-                       : name == "Private_Dirty" ? &memory.private_dirty
-                       : name == "Anonymous"     ? &memory.anonymous
-                                                 : nullptr;
+    int64_t* counter = name == "Rss"            ? &memory.rss
+                       : name == "Shared_Clean" ? &memory.shared
+                       : name == "Shared_Dirty" ? &memory.shared
+                       : name == "Anonymous"    ? &memory.anonymous
+                                                : nullptr;
     if (in_file && counter != nullptr) *counter += std::stoll(line.substr(colon + 1));
   }
   return memory;
@@ -163,21 +163,22 @@ class DdpTrainModel : public ::testing::Test {
   // ddp-train trains the cnn 4 epochs with `hyper` and a snapshot every epoch; Python's nn.Module and torch.optim
   // optimizer, loaded from the snapshot after epoch 2, train the last 2 epochs in Python DDP to ddp-train's final
   // parameters; the final TorchScript file runs like the final state dict.
-  void expect_python_continues(const std::vector<std::string>& hyper) {
-    model_io({"make-model", "cnn", dir_ + "/cnn.pt"});
-    model_io({"make-data", "cnn", dir_ + "/data.pt", "--samples", "96"});
+  void expect_python_continues(const std::string& kind, const std::vector<std::string>& hyper) {
+    const std::string model = dir_ + "/" + kind + ".pt";
+    model_io({"make-model", kind, model});
+    model_io({"make-data", kind, dir_ + "/data.pt", "--samples", "96"});
     expect_all_succeed(testing::run_ranks(
-        2, ddp_train_model(dir_, dir_ + "/cnn.pt", dir_ + "/data.pt", with(hyper, {"--keep", "9", "4", "1"})), dir_));
+        2, ddp_train_model(dir_, model, dir_ + "/data.pt", with(hyper, {"--keep", "9", "4", "1"})), dir_));
     const std::string snapshot = dir_ + "/snapshots/snapshot-e000002-s000000000012-rdefault.pt";
     expect_all_succeed(
         testing::run_ranks(2,
-                           with({testing::torch_python(), testing::python_script("model_io.py"), "continue", "cnn",
+                           with({testing::torch_python(), testing::python_script("model_io.py"), "continue", kind,
                                  snapshot, dir_ + "/data.pt", dir_ + "/python.pt", "--epochs", "4"},
                                 hyper),
                            dir_, kPythonEnv));
     expect_same_models(dir_ + "/final.pt", dir_ + "/python.pt", false);
     const Result script = testing::run({testing::torch_python(), testing::python_script("model_io.py"), "run-script",
-                                        "cnn", dir_ + "/final.script.pt", dir_ + "/final.pt"});
+                                        kind, dir_ + "/final.script.pt", dir_ + "/final.pt"});
     EXPECT_EQ(script.output, "same outputs\n") << script.output;
   }
 
@@ -266,18 +267,21 @@ TEST_F(DdpTrainModel, EndsWithPythonDdpsParametersWithNllLossOnAModuleEndingInLo
 // A researcher takes a ddp-train run back to Python: the original nn.Module and torch.optim optimizer load the
 // snapshot's state and finish the run as ddp-train would have; the TorchScript file runs like the state dict.
 TEST_F(DdpTrainModel, PythonContinuesTheRunFromASnapshotAndRunsTheFinalTorchScript) {
-  expect_python_continues({"--batch-size", "8", "--lr", "0.05", "--momentum", "0.9", "--seed", "4"});
+  expect_python_continues("cnn", {"--batch-size", "8", "--lr", "0.05", "--momentum", "0.9", "--seed", "4"});
 }
 
-// AdamW's state: torch.optim.AdamW.load_state_dict takes the snapshot's step counts and moments.
+// AdamW's state: torch.optim.AdamW.load_state_dict takes the snapshot's step counts and moments. On the MLP: in the
+// CNN a convolution's bias feeds BatchNorm, which takes the batch mean away, so its gradient is rounding noise that
+// AdamW scales to whole steps; PyTorch 2.x's AdamW rounds differently from LibTorch's (lerp against mul and add), and
+// on Debian 13 the two continued runs ended 0.016 apart in conv.bias (and in the running mean after it).
 TEST_F(DdpTrainModel, PythonContinuesAnAdamWRunFromASnapshot) {
   expect_python_continues(
-      {"--batch-size", "8", "--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.05", "--seed", "4"});
+      "mlp", {"--batch-size", "8", "--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.05", "--seed", "4"});
 }
 
 // Two ranks train on one memory-mapped .npy data set: the pages they read are the page cache's, mapped by both
-// (Shared_Clean and Shared_Dirty), never written or copied (Private_Dirty, Anonymous), and neither rank holds a copy
-// of the data in its anonymous memory.
+// (Shared_Clean and Shared_Dirty), never copied on write (the mapping's Anonymous pages), and neither rank holds a
+// copy of the data in its anonymous memory.
 TEST_F(DdpTrainModel, RanksShareTheMappedPagesOfAnNpyDataSet) {
   model_io({"make-model", "cnn", dir_ + "/cnn.pt"});
   // 2^20 samples of [1, 8, 8] float32: 256 MiB of inputs, more than a rank's anonymous memory, so a copy would show.
@@ -306,7 +310,6 @@ TEST_F(DdpTrainModel, RanksShareTheMappedPagesOfAnNpyDataSet) {
   }
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    EXPECT_EQ(memory[r].private_dirty, 0);
     EXPECT_EQ(memory[r].anonymous, 0);
     EXPECT_GE(memory[r].shared, file_kb * 8 / 10) << "of " << file_kb << " kB";
     const int64_t anonymous = anonymous_kb(ranks[r].pid);
