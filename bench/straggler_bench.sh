@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# How reliably ddp-train names a slow rank at a given --straggler-threshold (default 20%, ddp-train's own default):
-# RUNS runs of 4 ranks on 127.0.0.1 with rank 2 stopped STOP_MS of every STOP_MS + RUN_MS milliseconds (SIGSTOP and
-# SIGCONT, as tests/runtime/resilience_test.cpp's Stragglers test does), and RUNS runs without any slowdown. Counts,
-# per epoch, whether rank 2 was named and whether any other rank was; prints the other ranks' highest score, the
-# margin that decides how low the threshold can go on this machine.
-#   bench/straggler_bench.sh [BUILD_DIR] [RUNS (5)] [THRESHOLD % (20)] [EPOCHS (3)]
+# How reliably ddp-train names a slow rank at a given --straggler-threshold (default 20%, ddp-train's own default).
+# Each of RUNS rounds trains RANKS ranks on 127.0.0.1 three times: with the last rank slowed by noisy neighbours
+# (NEIGHBOURS busy loops bound to its core: it gets a share of its core, for its computing and its communication
+# alike, as under a co-scheduled job or a throttled CPU), with the last rank stopped STOP_MS of every STOP_MS + RUN_MS
+# milliseconds of wall-clock time (SIGSTOP and SIGCONT, as tests/runtime/resilience_test.cpp's Stragglers test
+# does), and without any slowdown. Counts, per epoch, whether the slowed rank was named and whether any other rank
+# was; prints the highest score of a rank that kept pace, the margin that decides how low the threshold can go here.
+# As srun --ddp binds each task to cores of its own, each rank is bound to one core (taskset), one rank per core by
+# default: with more ranks than cores (RANKS=4 on 2 cores), a rank that shares its core with a busier one is slower
+# by the host's clock, a real straggler of that machine, named as such.
+#   [RANKS=N] bench/straggler_bench.sh [BUILD_DIR] [RUNS (5)] [THRESHOLD % (20)] [EPOCHS (3)]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(realpath "${1:-$ROOT/build}")
@@ -13,32 +18,42 @@ THRESHOLD=${3:-20}
 EPOCHS=${4:-3}
 STOP_MS=${STOP_MS:-60}
 RUN_MS=${RUN_MS:-5}
-RANKS=4 SLOW=2
+NEIGHBOURS=${NEIGHBOURS:-3}
+CORES=$(nproc)
+RANKS=${RANKS:-$CORES}
+SLOW=$((RANKS - 1))
 TRAIN=$BUILD/runtime/ddp-train
 [ -x "$TRAIN" ] || { echo "straggler_bench: $TRAIN is not built" >&2; exit 2; }
 WORK=$(mktemp -d)
-pids=()
+pids=() neighbours=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}" "${neighbours[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# run_ranks DIR SLOWED(0|1): one run of ddp-train; rank 0's output in DIR/rank0.log.
+# run_ranks DIR SLOWDOWN(neighbours|stop|none): one run of ddp-train; rank 0's output in DIR/rank0.log.
 run_ranks() {
-  local dir=$1 slowed=$2 port rank
+  local dir=$1 slowdown=$2 port rank i
   mkdir -p "$dir"
   port=$(free_port)
+  if [ "$slowdown" = neighbours ]; then
+    for ((i = 0; i < NEIGHBOURS; i++)); do
+      taskset -c $((SLOW % CORES)) sh -c 'while :; do :; done' &
+      neighbours+=($!)
+    done
+  fi
   pids=()
   for ((rank = 0; rank < RANKS; rank++)); do
-    env MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=$RANKS LOCAL_WORLD_SIZE=$RANKS RANK=$rank \
-      LOCAL_RANK=$rank "$TRAIN" --snapshot-dir "$dir" --output "$dir/final.pt" --workload mlp --width 512 \
-      --samples 4096 --json --straggler-threshold "$THRESHOLD" "$EPOCHS" 0 >"$dir/rank$rank.log" 2>&1 &
+    taskset -c $((rank % CORES)) env MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=$RANKS \
+      LOCAL_WORLD_SIZE=$RANKS RANK=$rank LOCAL_RANK=$rank "$TRAIN" --snapshot-dir "$dir" --output "$dir/final.pt" \
+      --workload mlp --width 512 --samples 4096 --json --straggler-threshold "$THRESHOLD" "$EPOCHS" 0 \
+      >"$dir/rank$rank.log" 2>&1 &
     pids+=($!)
   done
-  if [ "$slowed" = 1 ]; then
+  if [ "$slowdown" = stop ]; then
     local stop_s run_s
     stop_s=$(awk -v ms="$STOP_MS" 'BEGIN {print ms / 1000}')
     run_s=$(awk -v ms="$RUN_MS" 'BEGIN {print ms / 1000}')
@@ -52,6 +67,11 @@ run_ranks() {
     wait "${pids[$rank]}" || { echo "straggler_bench: rank $rank failed: $(tail -n 5 "$dir/rank$rank.log")" >&2; exit 1; }
   done
   pids=()
+  if [ ${#neighbours[@]} -gt 0 ]; then
+    kill "${neighbours[@]}"
+    wait "${neighbours[@]}" 2>/dev/null || true
+    neighbours=()
+  fi
 }
 
 # tally LOG: one line per epoch from rank 0's JSON lines: "SLOW_NAMED OTHERS_NAMED HIGHEST_OTHER_SCORE SLOW_SCORE".
@@ -74,20 +94,31 @@ PY
 higher() { awk -v a="$1" -v b="$2" 'BEGIN {print (a == "" || b > a) ? b : a}'; }
 lower() { awk -v a="$1" -v b="$2" 'BEGIN {print (a == "" || b < a) ? b : a}'; }
 
-slow_epochs=0 slow_named=0 false_slow=0 clean_epochs=0 false_clean=0 highest="" slow_low=""
+declare -A epochs named falsely lowest
+clean_epochs=0 false_clean=0 highest=""
 for ((i = 0; i < RUNS; i++)); do
-  run_ranks "$WORK/slow$i" 1
-  while read -r named others score slow_score; do
-    slow_epochs=$((slow_epochs + 1)) slow_named=$((slow_named + named)) false_slow=$((false_slow + (others > 0)))
-    highest=$(higher "$highest" "$score") slow_low=$(lower "$slow_low" "$slow_score")
-  done < <(tally "$WORK/slow$i/rank0.log")
-  run_ranks "$WORK/clean$i" 0
-  while read -r named others score slow_score; do
-    clean_epochs=$((clean_epochs + 1)) false_clean=$((false_clean + (others + named > 0)))
+  for slowdown in neighbours stop; do
+    run_ranks "$WORK/$slowdown$i" "$slowdown"
+    while read -r slow_named others score slow_score; do
+      epochs[$slowdown]=$((${epochs[$slowdown]:-0} + 1)) named[$slowdown]=$((${named[$slowdown]:-0} + slow_named))
+      falsely[$slowdown]=$((${falsely[$slowdown]:-0} + (others > 0)))
+      highest=$(higher "$highest" "$score") lowest[$slowdown]=$(lower "${lowest[$slowdown]:-}" "$slow_score")
+    done < <(tally "$WORK/$slowdown$i/rank0.log")
+  done
+  run_ranks "$WORK/clean$i" none
+  while read -r slow_named others score slow_score; do
+    clean_epochs=$((clean_epochs + 1)) false_clean=$((false_clean + (others + slow_named > 0)))
     highest=$(higher "$highest" "$(higher "$score" "$slow_score")")
   done < <(tally "$WORK/clean$i/rank0.log")
 done
-echo "straggler_bench: $RANKS ranks of ddp-train (mlp, width 512) on $(nproc) cores, threshold $THRESHOLD%, $RUNS runs x $EPOCHS epochs each"
-echo "straggler_bench: rank $SLOW stopped ${STOP_MS} ms of every $((STOP_MS + RUN_MS)) ms: named in $slow_named of $slow_epochs epochs (lowest score ${slow_low}x); another rank named in $false_slow of $slow_epochs epochs"
+report() {  # slowdown, its description
+  echo "straggler_bench: rank $SLOW $2: named in ${named[$1]} of ${epochs[$1]} epochs (lowest score ${lowest[$1]}x);" \
+    "another rank named in ${falsely[$1]} of ${epochs[$1]} epochs"
+}
+echo "straggler_bench: $RANKS ranks of ddp-train (mlp, width 512) on $CORES cores, each bound to one," \
+  "threshold $THRESHOLD%, $RUNS runs x $EPOCHS epochs of each kind"
+report neighbours "sharing its core with $NEIGHBOURS busy loops"
+report stop "stopped ${STOP_MS} ms of every $((STOP_MS + RUN_MS)) ms"
 echo "straggler_bench: no slowdown: a rank named in $false_clean of $clean_epochs epochs"
-echo "straggler_bench: highest score of a rank that kept pace: ${highest}x (a threshold below $(awk -v s="$highest" 'BEGIN {printf "%.0f", (s - 1) * 100}')% would have named it)"
+echo "straggler_bench: highest score of a rank that kept pace: ${highest}x (a threshold below" \
+  "$(awk -v s="$highest" 'BEGIN {printf "%.0f", (s - 1) * 100}')% would have named it)"

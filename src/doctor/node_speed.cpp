@@ -18,6 +18,11 @@ using Clock = std::chrono::steady_clock;
 using Seconds = std::chrono::duration<double>;
 
 constexpr int kRepeats = 3;
+// A node that time-shares its cores with another job, or runs under a CPU quota, computes at full speed within each
+// of its scheduler slices (a few ms; a quota's period is 100 ms): only a rate kept up for longer than that shows the
+// share it gets. Each run therefore repeats its kernel for at least this long.
+constexpr Seconds kQuickRun{0.2};
+constexpr Seconds kFullRun{1.0};
 constexpr const char* kCompute = "node.compute";
 constexpr const char* kMemory = "node.memory_bw";
 
@@ -56,24 +61,42 @@ void blocked_sgemm(int n, const float* a, const float* b, float* c) {
 // How many times a measurement runs: up to kRepeats, the first always, the others until `deadline`.
 bool another_round(int done, Deadline deadline) { return done == 0 || (done < kRepeats && !deadline.expired()); }
 
+std::string run_length(bool quick) { return format_fixed((quick ? kQuickRun : kFullRun).count(), 1) + " s"; }
+
+// The best rate, in units of `work` per second, of up to kRepeats runs of `kernel` (each `work` units) repeated for
+// at least `run_time`; the first run always completes.
+template <typename Kernel>
+double best_sustained_rate(double work, Seconds run_time, Deadline deadline, int* runs, Kernel&& kernel) {
+  double best = 0;
+  for (*runs = 0; another_round(*runs, deadline); ++*runs) {
+    const auto start = Clock::now();
+    int64_t repeats = 0;
+    Seconds elapsed{0};
+    do {
+      kernel();
+      ++repeats;
+      elapsed = Clock::now() - start;
+    } while (elapsed < run_time);
+    best = std::max(best, work * static_cast<double>(repeats) / elapsed.count());
+  }
+  return best;
+}
+
 CheckResult measure_gemm(bool quick, Deadline deadline) {
   const int n = quick ? 384 : 1024;
   const Blas blas = open_blas();
   std::vector<float> a(static_cast<size_t>(n) * n, 1.0f), b(a.size(), 0.5f), c(a.size(), 0.0f);
-  double best = 0;
   int repeat = 0;
-  for (; another_round(repeat, deadline); ++repeat) {
-    const auto start = Clock::now();
+  const double best = best_sustained_rate(2.0 * n * n * n, quick ? kQuickRun : kFullRun, deadline, &repeat, [&] {
     if (blas.sgemm != nullptr) {
       blas.sgemm(101, 111, 111, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     } else {
       blocked_sgemm(n, a.data(), b.data(), c.data());
     }
-    best = std::max(best, 2.0 * n * n * n / Seconds(Clock::now() - start).count());
-  }
+  });
   return make_result(kCompute, Status::Ok, format_fixed(best / 1e9, 1) + " GFLOP/s", "",
                      "single-precision GEMM " + std::to_string(n) + "x" + std::to_string(n) + " through " + blas.name +
-                         ", best of " + std::to_string(repeat));
+                         ", best of " + std::to_string(repeat) + " runs of " + run_length(quick));
 }
 
 CheckResult measure_memory(bool quick, Deadline deadline) {
@@ -93,18 +116,17 @@ CheckResult measure_memory(bool quick, Deadline deadline) {
     std::fill(&b[0] + begin, &b[0] + end, 1.0);
     std::fill(&c[0] + begin, &c[0] + end, 2.0);
   });
-  double best = 0;
   int repeat = 0;
-  for (; another_round(repeat, deadline); ++repeat) {
-    const auto start = Clock::now();
-    each([&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) a[i] = b[i] + 3.0 * c[i];
-    });
-    best = std::max(best, 3.0 * sizeof(double) * elements / Seconds(Clock::now() - start).count());
-  }
+  const double best =
+      best_sustained_rate(3.0 * sizeof(double) * elements, quick ? kQuickRun : kFullRun, deadline, &repeat, [&] {
+        each([&](size_t begin, size_t end) {
+          for (size_t i = begin; i < end; ++i) a[i] = b[i] + 3.0 * c[i];
+        });
+      });
   return make_result(kMemory, Status::Ok, format_fixed(best / 1e9, 2) + " GB/s", "",
                      "STREAM triad over 3 x " + format_bytes(elements * sizeof(double)) + ", " +
-                         std::to_string(threads) + " threads, best of " + std::to_string(repeat));
+                         std::to_string(threads) + " threads, best of " + std::to_string(repeat) + " runs of " +
+                         run_length(quick));
 }
 
 double value_of(const CheckResult& result) { return std::strtod(result.value.c_str(), nullptr); }
@@ -123,17 +145,17 @@ void grade_kind(std::vector<CheckResult>& all, const std::string& check, double 
   const size_t middle = values.size() / 2;
   const double median = values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
   const std::string unit = rows.front()->value.substr(rows.front()->value.find(' ') + 1);
-  const std::string median_text =
-      "the median of " + std::to_string(rows.size()) + " nodes is " + format_fixed(median, 2) + " " + unit;
+  const std::string nodes = "the median of " + std::to_string(rows.size()) + " nodes";
+  const std::string median_value = format_fixed(median, 2) + " " + unit;
   for (CheckResult* row : rows) {
     row->threshold = "within " + format_fixed(threshold_pct, 0) + "% of the nodes' median";
     const double below_pct = (1 - value_of(*row) / median) * 100;
     if (below_pct > threshold_pct) {
       row->status = Status::Warn;
-      row->detail = format_fixed(below_pct, 0) + "% below " + median_text +
-                    ": a slow node slows every step of the run; look for throttling, other jobs or BIOS settings";
+      row->detail = format_fixed(below_pct, 0) + "% below " + nodes + " (" + median_value +
+                    "): a slow node slows every step of the run; look for throttling, other jobs or BIOS settings";
     } else {
-      row->detail += "; " + median_text;
+      row->detail += "; " + nodes + " is " + median_value;
     }
   }
 }

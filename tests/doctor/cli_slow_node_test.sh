@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A node slowed by a busy neighbour is named, and the nodes that keep pace are not: three ranks, each the leader of
+# its "node", measure their GEMM and memory bandwidth at the same time. Ranks 0 and 2 share CPU 0 (each gets half of
+# it); rank 1 has CPU 1 with BUSY loops beside it (it gets 1/(BUSY+1) of it): rank 1 is far below the median (half a
+# CPU's speed), ranks 0 and 2 are the median. The loops end with the test.
+set -euo pipefail
+DOCTOR=$1
+. "$(dirname "$0")/lib.sh"
+[ "$(nproc)" -ge 2 ] || { echo "SKIP: needs 2 CPUs, one for the slowed node"; exit 77; }
+BUSY=5
+neighbours=()
+stop_neighbours() { [ ${#neighbours[@]} -eq 0 ] || kill "${neighbours[@]}" 2>/dev/null || true; }
+trap 'stop_neighbours; cleanup_work' EXIT
+for ((i = 0; i < BUSY; i++)); do
+  taskset -c 1 sh -c 'while :; do :; done' &
+  neighbours+=($!)
+  disown $!  # not a rank: wait_ranks waits for this shell's jobs
+done
+
+WORLD=3
+PORT=$(free_port)
+CPUS=0 start_rank slow0 0 0 -- --quick --json --timeout 20
+CPUS=1 start_rank slow1 1 0 -- --quick --json --timeout 20
+CPUS=0 start_rank slow2 2 0 -- --quick --json --timeout 20
+wait_ranks 60
+stop_neighbours
+[ "$(rc_of slow0)" -eq 0 ] || fail "rank 0 exited $(rc_of slow0): $(cat "$WORK/slow0.out" "$WORK/slow0.err")"
+check_report "$WORK/slow0.out" "
+for check in ('node.compute', 'node.memory_bw'):
+    slow = row(check, 1)
+    assert slow['status'] == 'WARN', slow
+    assert '% below the median of 3 nodes (' in slow['detail'] and 'other jobs' in slow['detail'], slow
+    for rank in (0, 2):
+        kept_pace = row(check, rank)
+        assert kept_pace['status'] == 'OK' and 'the median of 3 nodes is ' in kept_pace['detail'], kept_pace
+    print('figure:', check, [row(check, rank)['value'] for rank in (0, 1, 2)])
+"
+echo "slow node: OK"
