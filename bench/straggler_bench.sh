@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # How reliably ddp-train names a slow rank at a given --straggler-threshold (default 20%, ddp-train's own default).
-# Each of RUNS rounds trains RANKS ranks on 127.0.0.1 three times: with the last rank slowed by noisy neighbours
-# (NEIGHBOURS busy loops bound to its core: it gets a share of its core, for its computing and its communication
-# alike, as under a co-scheduled job or a throttled CPU), with the last rank stopped STOP_MS of every STOP_MS + RUN_MS
-# milliseconds of wall-clock time (SIGSTOP and SIGCONT, as tests/runtime/resilience_test.cpp's Stragglers test
-# does), and without any slowdown. Counts, per epoch, whether the slowed rank was named and whether any other rank
-# was; prints the highest score of a rank that kept pace, the margin that decides how low the threshold can go here.
+# Each of RUNS rounds trains RANKS ranks on 127.0.0.1 three times: with the last rank under a CPU quota (QUOTA_PCT
+# of a CPU over 10 ms periods, a cgroup of its own: a throttled CPU, which slows the rank's computing), with the last
+# rank stopped STOP_MS of every STOP_MS + RUN_MS milliseconds of wall-clock time (SIGSTOP and SIGCONT, as
+# tests/runtime/resilience_test.cpp's Stragglers test does), and without any slowdown. Counts, per epoch, whether
+# the slowed rank was named and whether any other rank was; prints the highest score of a rank that kept pace, the
+# margin that decides how low the threshold can go here.
 # As srun --ddp binds each task to cores of its own, each rank is bound to one core (taskset), one rank per core by
 # default: with more ranks than cores (RANKS=4 on 2 cores), a rank that shares its core with a busier one is slower
-# by the host's clock, a real straggler of that machine, named as such.
+# by the host's clock, a real straggler of that machine, named as such. The quota needs root and a cgroup file
+# system with the cpu controller (v2 or v1); without them that kind is left out.
 #   [RANKS=N] bench/straggler_bench.sh [BUILD_DIR] [RUNS (5)] [THRESHOLD % (20)] [EPOCHS (3)]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,41 +19,48 @@ THRESHOLD=${3:-20}
 EPOCHS=${4:-3}
 STOP_MS=${STOP_MS:-60}
 RUN_MS=${RUN_MS:-5}
-NEIGHBOURS=${NEIGHBOURS:-3}
+QUOTA_PCT=${QUOTA_PCT:-25}
 CORES=$(nproc)
 RANKS=${RANKS:-$CORES}
 SLOW=$((RANKS - 1))
 TRAIN=$BUILD/runtime/ddp-train
 [ -x "$TRAIN" ] || { echo "straggler_bench: $TRAIN is not built" >&2; exit 2; }
 WORK=$(mktemp -d)
-pids=() neighbours=()
+pids=()
+# A cgroup of this run's own for the quota: cgroup v2's cpu.max, or v1's cfs_quota_us.
+QUOTA_GROUP=""
+if [ -w /sys/fs/cgroup/cgroup.subtree_control ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+  QUOTA_GROUP=/sys/fs/cgroup/ddp-straggler-bench-$$
+  mkdir "$QUOTA_GROUP" && echo "$((QUOTA_PCT * 100)) 10000" >"$QUOTA_GROUP/cpu.max"
+elif [ -w /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+  QUOTA_GROUP=/sys/fs/cgroup/cpu/ddp-straggler-bench-$$
+  mkdir "$QUOTA_GROUP" && echo 10000 >"$QUOTA_GROUP/cpu.cfs_period_us"
+  echo "$((QUOTA_PCT * 100))" >"$QUOTA_GROUP/cpu.cfs_quota_us"
+fi
 cleanup() {
-  for pid in "${pids[@]}" "${neighbours[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  [ -z "$QUOTA_GROUP" ] || rmdir "$QUOTA_GROUP"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# run_ranks DIR SLOWDOWN(neighbours|stop|none): one run of ddp-train; rank 0's output in DIR/rank0.log.
+# run_ranks DIR SLOWDOWN(quota|stop|none): one run of ddp-train; rank 0's output in DIR/rank0.log.
 run_ranks() {
-  local dir=$1 slowdown=$2 port rank i
+  local dir=$1 slowdown=$2 port rank
   mkdir -p "$dir"
   port=$(free_port)
-  if [ "$slowdown" = neighbours ]; then
-    for ((i = 0; i < NEIGHBOURS; i++)); do
-      taskset -c $((SLOW % CORES)) sh -c 'while :; do :; done' &
-      neighbours+=($!)
-    done
-  fi
   pids=()
   for ((rank = 0; rank < RANKS; rank++)); do
-    taskset -c $((rank % CORES)) env MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=$RANKS \
-      LOCAL_WORLD_SIZE=$RANKS RANK=$rank LOCAL_RANK=$rank "$TRAIN" --snapshot-dir "$dir" --output "$dir/final.pt" \
+    taskset -c $((rank % CORES)) env MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE="$RANKS" \
+      LOCAL_WORLD_SIZE="$RANKS" RANK=$rank LOCAL_RANK=$rank "$TRAIN" --snapshot-dir "$dir" --output "$dir/final.pt" \
       --workload mlp --width 512 --samples 4096 --json --straggler-threshold "$THRESHOLD" "$EPOCHS" 0 \
       >"$dir/rank$rank.log" 2>&1 &
     pids+=($!)
   done
+  [ "$slowdown" != quota ] || echo "${pids[$SLOW]}" >"$QUOTA_GROUP/cgroup.procs"
   if [ "$slowdown" = stop ]; then
     local stop_s run_s
     stop_s=$(awk -v ms="$STOP_MS" 'BEGIN {print ms / 1000}')
@@ -67,11 +75,6 @@ run_ranks() {
     wait "${pids[$rank]}" || { echo "straggler_bench: rank $rank failed: $(tail -n 5 "$dir/rank$rank.log")" >&2; exit 1; }
   done
   pids=()
-  if [ ${#neighbours[@]} -gt 0 ]; then
-    kill "${neighbours[@]}"
-    wait "${neighbours[@]}" 2>/dev/null || true
-    neighbours=()
-  fi
 }
 
 # tally LOG: one line per epoch from rank 0's JSON lines: "SLOW_NAMED OTHERS_NAMED HIGHEST_OTHER_SCORE SLOW_SCORE".
@@ -95,9 +98,11 @@ higher() { awk -v a="$1" -v b="$2" 'BEGIN {print (a == "" || b > a) ? b : a}'; }
 lower() { awk -v a="$1" -v b="$2" 'BEGIN {print (a == "" || b < a) ? b : a}'; }
 
 declare -A epochs named falsely lowest
+slowdowns=(stop)
+[ -z "$QUOTA_GROUP" ] || slowdowns=(quota stop)
 clean_epochs=0 false_clean=0 highest=""
 for ((i = 0; i < RUNS; i++)); do
-  for slowdown in neighbours stop; do
+  for slowdown in "${slowdowns[@]}"; do
     run_ranks "$WORK/$slowdown$i" "$slowdown"
     while read -r slow_named others score slow_score; do
       epochs[$slowdown]=$((${epochs[$slowdown]:-0} + 1)) named[$slowdown]=$((${named[$slowdown]:-0} + slow_named))
@@ -117,7 +122,11 @@ report() {  # slowdown, its description
 }
 echo "straggler_bench: $RANKS ranks of ddp-train (mlp, width 512) on $CORES cores, each bound to one," \
   "threshold $THRESHOLD%, $RUNS runs x $EPOCHS epochs of each kind"
-report neighbours "sharing its core with $NEIGHBOURS busy loops"
+if [ -n "$QUOTA_GROUP" ]; then
+  report quota "under a CPU quota of $QUOTA_PCT% (cgroup, 10 ms periods)"
+else
+  echo "straggler_bench: no CPU quota: needs root and a cgroup file system with the cpu controller"
+fi
 report stop "stopped ${STOP_MS} ms of every $((STOP_MS + RUN_MS)) ms"
 echo "straggler_bench: no slowdown: a rank named in $false_clean of $clean_epochs epochs"
 echo "straggler_bench: highest score of a rank that kept pace: ${highest}x (a threshold below" \

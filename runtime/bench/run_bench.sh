@@ -25,6 +25,8 @@ MLP_EPOCHS=${MLP_EPOCHS:-4}
 ROUNDS=${ROUNDS:-5}
 MODEL_SAMPLES=${MODEL_SAMPLES:-2048}     # [1, 28, 28] images in the --model runs' data set
 MODEL_EPOCHS=${MODEL_EPOCHS:-2}
+SCALING_BATCHES=${SCALING_BATCHES:-32 128 512}  # per rank, in the scaling table
+SCALING_STEPS=${SCALING_STEPS:-16}             # steps an epoch at every batch size
 MEMORY_SECONDS=${MEMORY_SECONDS:-30}     # training time before each rank's memory is read
 
 [ -f "$BUILD/CMakeCache.txt" ] || cmake -S "$ROOT" -B "$BUILD" -G Ninja >/dev/null
@@ -50,9 +52,10 @@ mpi_ranks() {
   sed -n 's/^Trained .*: \([0-9]*\) samples\/s$/\1/p' "$WORK/mpirun.log"
 }
 
-# ddp-train alone, one process; prints its samples/s.
-one_rank() {
-  OMP_NUM_THREADS=1 "$DDP_TRAIN" "$@" >"$WORK/single.log" 2>&1
+# One process, world size 1, with the same variables; prints its samples/s.
+one_process() {
+  env RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((20000 + RANDOM % 10000)) \
+      USE_LIBUV=0 OMP_NUM_THREADS=1 "$@" >"$WORK/single.log" 2>&1
   sed -n 's/^Trained .*: \([0-9]*\) samples\/s$/\1/p' "$WORK/single.log"
 }
 
@@ -75,20 +78,38 @@ compare() {  # name, epochs, epochs on MPI, workload arguments
   printf '%-18s | %9s | %9s | %10s | %6.2f | %6.2f   (runs: Gloo %s; MPI %s; Python %s)\n' "$name" "$gloo_median" \
     "$mpi_median" "$python_median" "$(echo "$gloo_median / $python_median" | bc -l)" \
     "$(echo "$mpi_median / $python_median" | bc -l)" "${gloo[*]}" "${mpi[*]}" "${python[*]}"
-  GLOO_MEDIAN=$gloo_median MPI_MEDIAN=$mpi_median
 }
 
-# 2 ranks' rate (compare's Gloo and MPI medians) against twice one process's, the same 1 thread per process.
-scaling() {  # name, two-rank samples/s on Gloo, on MPI, epochs, training arguments
-  local name=$1 two=$2 two_mpi=$3 epochs=$4 round single=()
-  shift 4
-  for ((round = 0; round < ROUNDS; round++)); do
-    single+=("$(one_rank "$@" --snapshot-dir "$WORK/snapshots-single" --output "$WORK/final.pt" "$epochs" 0)")
+# Weak scaling by batch size per rank: 2 ranks' samples/s against twice one process's (1 thread each), for
+# ddp-train on Gloo and on MPI and for Python DDP on Gloo, each on a data set of BATCH x 2 ranks x SCALING_STEPS
+# samples, so that every batch size runs as many steps. Gradients are all-reduced once per step whatever the batch,
+# so a larger batch gives the same all-reduce more computing to hide behind.
+efficiency() { echo "scale=1; 100 * $1 / (2 * $2)" | bc; }
+scaling_by_batch() {  # name, model file
+  local name=$1 model=$2 batch round
+  for batch in $SCALING_BATCHES; do
+    local data=$WORK/images-$batch one=() gloo=() mpi=() py_one=() py_two=()
+    [ -d "$data" ] || "$PYTHON" "$ROOT/runtime/bench/python_ddp.py" --save-data "$data" \
+      --samples $((batch * 2 * SCALING_STEPS))
+    local train=(--model "$model" --data "$data" --batch-size "$batch" --snapshot-dir "$WORK/snapshots-scaling"
+      --output "$WORK/final.pt" "$MODEL_EPOCHS" 0)
+    local python=("$PYTHON" "$ROOT/runtime/bench/python_ddp.py" --model "$model" --data "$data" --batch-size "$batch"
+      "$MODEL_EPOCHS")
+    for ((round = 0; round < ROUNDS; round++)); do
+      one+=("$(one_process "$DDP_TRAIN" "${train[@]}")")
+      gloo+=("$(two_ranks "$DDP_TRAIN" "${train[@]}")")
+      mpi+=("$(mpi_ranks "${train[@]}")")
+      py_one+=("$(one_process "${python[@]}")")
+      py_two+=("$(two_ranks "${python[@]}")")
+    done
+    local m_one m_gloo m_mpi m_py_one m_py_two
+    m_one=$(printf '%s\n' "${one[@]}" | median "$ROUNDS") m_gloo=$(printf '%s\n' "${gloo[@]}" | median "$ROUNDS")
+    m_mpi=$(printf '%s\n' "${mpi[@]}" | median "$ROUNDS") m_py_one=$(printf '%s\n' "${py_one[@]}" | median "$ROUNDS")
+    m_py_two=$(printf '%s\n' "${py_two[@]}" | median "$ROUNDS")
+    printf '%-18s | %5s | %6s | %6s | %8s%% | %6s | %8s%% | %6s | %6s | %8s%%\n' "$name" "$batch" "$m_one" \
+      "$m_gloo" "$(efficiency "$m_gloo" "$m_one")" "$m_mpi" "$(efficiency "$m_mpi" "$m_one")" "$m_py_one" \
+      "$m_py_two" "$(efficiency "$m_py_two" "$m_py_one")"
   done
-  local one
-  one=$(printf '%s\n' "${single[@]}" | median "$ROUNDS")
-  printf '%-18s | %9s | %9s | %9.1f%% | %9s | %9.1f%%   (1-rank runs: %s)\n' "$name" "$one" "$two" \
-    "$(echo "100 * $two / (2 * $one)" | bc -l)" "$two_mpi" "$(echo "100 * $two_mpi / (2 * $one)" | bc -l)" "${single[*]}"
 }
 
 # Each rank's memory after MEMORY_SECONDS of training on a memory-mapped data set as large as MemAvailable: the
@@ -143,14 +164,14 @@ if $MODEL_MODE; then
   echo "ddp-train on Gloo (torchrun variables) and on the MPI group (${MPIRUN[*]}); Python DDP on Gloo"
   printf '%-18s | %9s | %9s | %10s | %6s | %6s\n' model "C++ Gloo" "C++ MPI" "Python DDP" "Gloo/Py" "MPI/Py"
   compare "MLP 784-1024-1024" "$MODEL_EPOCHS" "$MODEL_EPOCHS" --model "$WORK/mlp.pt" --data "$WORK/images"
-  mlp_two=$GLOO_MEDIAN mlp_two_mpi=$MPI_MEDIAN
   compare "CNN 16-32 conv" "$MODEL_EPOCHS" "$MODEL_EPOCHS" --model "$WORK/cnn.pt" --data "$WORK/images"
-  cnn_two=$GLOO_MEDIAN cnn_two_mpi=$MPI_MEDIAN
   echo
-  echo "ddp-train --model scaling: 2 ranks' samples/s (on Gloo, on MPI) against twice one process's (1 thread each)"
-  printf '%-18s | %9s | %9s | %10s | %9s | %10s\n' model "1 rank" "2 on Gloo" efficiency "2 on MPI" efficiency
-  scaling "MLP 784-1024-1024" "$mlp_two" "$mlp_two_mpi" "$MODEL_EPOCHS" --model "$WORK/mlp.pt" --data "$WORK/images"
-  scaling "CNN 16-32 conv" "$cnn_two" "$cnn_two_mpi" "$MODEL_EPOCHS" --model "$WORK/cnn.pt" --data "$WORK/images"
+  echo "2-rank scaling efficiency: 2 ranks' samples/s against twice one process's (1 thread each), by batch per"
+  echo "rank, $SCALING_STEPS steps an epoch; ddp-train --model on Gloo and MPI, Python DDP on Gloo; median of $ROUNDS"
+  printf '%-18s | %5s | %6s | %6s | %9s | %6s | %9s | %6s | %6s | %9s\n' model batch "C++ 1" "Gloo 2" efficiency \
+    "MPI 2" efficiency "Py 1" "Py 2" efficiency
+  scaling_by_batch "MLP 784-1024-1024" "$WORK/mlp.pt"
+  scaling_by_batch "CNN 16-32 conv" "$WORK/cnn.pt"
   echo
   memory_figures
   exit 0
