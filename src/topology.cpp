@@ -577,12 +577,21 @@ void export_system_topology(const std::string& path) {
   }
 }
 
-NodeHardware load_system_hardware_from(const std::string& exported) {
-  const TopologyPtr topology = load_topology(exported, true);
-  NodeHardware hw = Inventory(topology.get()).take("this system (" + exported + ")");
+namespace {
+
+// The hardware of this system from an export of its topology: hwloc's view, and the driver's device numbers.
+NodeHardware this_system_hardware(hwloc_topology_t exported, const std::string& source) {
+  NodeHardware hw = Inventory(exported).take(source);
   hw.this_system = true;
   apply_driver_device_numbers(hw);
   return hw;
+}
+
+}  // namespace
+
+NodeHardware load_system_hardware_from(const std::string& exported) {
+  const TopologyPtr topology = load_topology(exported, true);
+  return this_system_hardware(topology.get(), "this system (" + exported + ")");
 }
 
 NodeHardware load_this_system() {
@@ -593,10 +602,7 @@ NodeHardware load_this_system() {
       hwloc_topology_load(topology.get()) != 0) {
     throw Error("hwloc cannot read its own export of this system's topology: " + system_error_text());
   }
-  NodeHardware hw = Inventory(topology.get()).take("this system");
-  hw.this_system = true;
-  apply_driver_device_numbers(hw);
-  return hw;
+  return this_system_hardware(topology.get(), "this system");
 }
 
 NodeHardware load_node_hardware(const std::optional<std::string>& xml_path) {
