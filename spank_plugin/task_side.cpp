@@ -4,12 +4,12 @@
 // per-boot cache or the running system, never the job's HWLOC_XMLFILE (ddp-topo --xml plans for a file).
 // user_init failures would only say "launch failed" and leave srun's exit code 0, so every problem is kept
 // and reported from task_init, which fails the step with srun exit code 1.
-#include <unistd.h>
 
 #include <cstdio>
 
 #include "dispatch.h"
 #include "error.hpp"
+#include "netif.hpp"
 #include "parse.hpp"
 #include "plugin_state.hpp"
 #include "resolve.hpp"
@@ -51,12 +51,6 @@ std::string step_cores(spank_t sp) {
   return cores;
 }
 
-std::string this_hostname() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
 uint32_t env_u32(spank_t sp, const char* name) {
   const auto value = get_env(sp, name);
   if (!value) throw ddp::Error(std::string(name) + " is not set in the step's environment");
@@ -91,7 +85,7 @@ ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   if (const auto max_restarts = get_env(sp, "DDP_MAX_RESTARTS")) {
     step.max_restarts = static_cast<uint32_t>(ddp::require_uint(*max_restarts, 0, 1000000, "DDP_MAX_RESTARTS"));
   }
-  step.hostname = this_hostname();
+  step.hostname = ddp::host_name();
   step.user = user_name(sp);
   step.home = user_home(sp);
   step.job_name = get_env(sp, "SLURM_JOB_NAME").value_or("");

@@ -199,12 +199,14 @@ bool holds_address(const std::vector<Interface>& interfaces, const std::string& 
   });
 }
 
+std::string host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
 std::string advertised_address(const std::vector<std::string>& socket_ifnames) {
-  if (socket_ifnames.empty()) {
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    return host;
-  }
+  if (socket_ifnames.empty()) return host_name();
   const std::string& name = socket_ifnames.front();
   const std::vector<Interface> interfaces = list_interfaces();
   if (const Interface* interface = find_interface(interfaces, name)) {

@@ -36,6 +36,9 @@ struct NetworkView {
   std::string route;                  // the interface the kernel's routing table uses towards master_address
 };
 
+// This node's name (gethostname): what Slurm, torchrun's error files and the ranks' reports call it.
+std::string host_name();
+
 // getifaddrs(), merged per interface, by name. Throws ddp::Error when the kernel cannot list them.
 std::vector<Interface> list_interfaces();
 const Interface* find_interface(const std::vector<Interface>& interfaces, const std::string& name);

@@ -9,16 +9,11 @@
 #include <cstring>
 
 #include "json_string.hpp"
+#include "netif.hpp"
 
 namespace ddp::runtime {
 
 namespace {
-
-std::string this_host() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
 
 // RANK as a number when it is one, else 0 (a single process has none).
 std::string rank_number(const EnvLookup& env) {
@@ -33,7 +28,7 @@ std::string error_report_json(const std::string& message, int exit_status, const
   return "{\"message\": {\"message\": " + json_string(message) + ", \"errorCode\": " + std::to_string(exit_status) +
          ", \"extraInfo\": {\"timestamp\": \"" + std::to_string(static_cast<long long>(time)) +
          "\", \"run_id\": " + json_string(env("TORCHELASTIC_RUN_ID").value_or("")) + ", \"rank\": " + rank_number(env) +
-         ", \"hostname\": " + json_string(this_host()) + ", \"program\": \"ddp-train\"}}}\n";
+         ", \"hostname\": " + json_string(host_name()) + ", \"program\": \"ddp-train\"}}}\n";
 }
 
 bool write_error_report(const std::string& message, int exit_status, const EnvLookup& env, std::string* why) {

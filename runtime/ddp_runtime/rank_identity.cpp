@@ -1,10 +1,11 @@
 #include "ddp_runtime/rank_identity.hpp"
 
 #include <ATen/ATen.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+
+#include "netif.hpp"
 
 namespace ddp::runtime {
 namespace {
@@ -12,16 +13,10 @@ namespace {
 // Host name and device, NUL-separated, per rank: 32k ranks make a 4 MiB all-reduce, once.
 constexpr int64_t kIdentityBytes = 128;
 
-std::string this_host() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
 }  // namespace
 
 std::vector<RankIdentity> gather_identities(const Distributed& dist) {
-  const std::string mine = this_host() + '\0' + dist.device.str();
+  const std::string mine = host_name() + '\0' + dist.device.str();
   at::Tensor table = at::zeros({dist.world_size, kIdentityBytes}, at::kByte);
   auto* row = table[dist.rank].data_ptr<uint8_t>();
   std::copy_n(mine.begin(), std::min<std::size_t>(mine.size(), kIdentityBytes - 1), row);

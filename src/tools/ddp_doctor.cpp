@@ -1,7 +1,5 @@
 // ddp-doctor: checks a Slurm allocation (or an mpirun, or this node alone) before training, and says what is
 // wrong in words a user can act on. Exit status: 0 passed, 1 a check failed, 2 bad usage.
-#include <unistd.h>
-
 #include <iostream>
 #include <map>
 
@@ -9,6 +7,7 @@
 #include "doctor/session.hpp"
 #include "doctor/topology_check.hpp"
 #include "error.hpp"
+#include "netif.hpp"
 #ifdef DDP_DOCTOR_HAVE_NCCL
 #include "doctor/nccl_allreduce.hpp"
 #endif
@@ -16,12 +15,6 @@
 using namespace ddp::doctor;
 
 namespace {
-
-std::string this_host() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
 
 void print(const Outcome& outcome, bool json) {
   if (json) {
@@ -62,7 +55,7 @@ int main(int argc, char** argv) {
     std::cerr << "ddp-doctor: " << e.what() << "\n";
     return 2;
   }
-  run.host = this_host();
+  run.host = ddp::host_name();
   run.progress = [](const std::string& step) { std::cerr << "ddp-doctor: " << step << std::endl; };
   run.topology_checks = topology_checks;
   MasterSharer share;
