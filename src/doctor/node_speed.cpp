@@ -61,7 +61,8 @@ void blocked_sgemm(int n, const float* a, const float* b, float* c) {
 // How many times a measurement runs: up to kRepeats, the first always, the others until `deadline`.
 bool another_round(int done, Deadline deadline) { return done == 0 || (done < kRepeats && !deadline.expired()); }
 
-std::string run_length(bool quick) { return format_fixed((quick ? kQuickRun : kFullRun).count(), 1) + " s"; }
+Seconds run_time(bool quick) { return quick ? kQuickRun : kFullRun; }
+std::string run_length(bool quick) { return format_fixed(run_time(quick).count(), 1) + " s"; }
 
 // The best rate, in units of `work` per second, of up to kRepeats runs of `kernel` (each `work` units) repeated for
 // at least `run_time`; the first run always completes.
@@ -87,7 +88,7 @@ CheckResult measure_gemm(bool quick, Deadline deadline) {
   const Blas blas = open_blas();
   std::vector<float> a(static_cast<size_t>(n) * n, 1.0f), b(a.size(), 0.5f), c(a.size(), 0.0f);
   int repeat = 0;
-  const double best = best_sustained_rate(2.0 * n * n * n, quick ? kQuickRun : kFullRun, deadline, &repeat, [&] {
+  const double best = best_sustained_rate(2.0 * n * n * n, run_time(quick), deadline, &repeat, [&] {
     if (blas.sgemm != nullptr) {
       blas.sgemm(101, 111, 111, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     } else {
@@ -117,12 +118,11 @@ CheckResult measure_memory(bool quick, Deadline deadline) {
     std::fill(&c[0] + begin, &c[0] + end, 2.0);
   });
   int repeat = 0;
-  const double best =
-      best_sustained_rate(3.0 * sizeof(double) * elements, quick ? kQuickRun : kFullRun, deadline, &repeat, [&] {
-        each([&](size_t begin, size_t end) {
-          for (size_t i = begin; i < end; ++i) a[i] = b[i] + 3.0 * c[i];
-        });
-      });
+  const double best = best_sustained_rate(3.0 * sizeof(double) * elements, run_time(quick), deadline, &repeat, [&] {
+    each([&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) a[i] = b[i] + 3.0 * c[i];
+    });
+  });
   return make_result(kMemory, Status::Ok, format_fixed(best / 1e9, 2) + " GB/s", "",
                      "STREAM triad over 3 x " + format_bytes(elements * sizeof(double)) + ", " +
                          std::to_string(threads) + " threads, best of " + std::to_string(repeat) + " runs of " +

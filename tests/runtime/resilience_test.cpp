@@ -3,13 +3,13 @@
 // Real ddp-train processes on 127.0.0.1; slowness and hangs are SIGSTOP, whatever the machine's load.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <regex>
 #include <thread>
 
 #include "ddp_runtime/straggler.hpp"
+#include "netif.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
@@ -18,12 +18,6 @@ namespace {
 using testing::ddp_train;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-std::string hostname() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
 
 std::vector<std::string> mlp_run(const std::string& dir, const std::vector<std::string>& more) {
   std::vector<std::string> argv{
@@ -86,14 +80,14 @@ TEST(Stragglers, TheSlowRankIsNamedEveryEpochAndTheOthersNever) {
   const std::string output = testing::read_text(ranks[0].output_path);
   for (const int s : status) ASSERT_EQ(s, 0) << output;
   EXPECT_EQ(named_per_epoch(output), (std::vector<std::string>{"2", "2"})) << output;
-  EXPECT_TRUE(contains(output, "Epoch 0 | Straggler: rank 2 on " + hostname() + " (cpu) computes ")) << output;
+  EXPECT_TRUE(contains(output, "Epoch 0 | Straggler: rank 2 on " + host_name() + " (cpu) computes ")) << output;
   EXPECT_TRUE(contains(output, "x the median (")) << output;
 
   const auto clean = testing::run_ranks(4, mlp_run(dir + "/clean", args), dir);
   for (const auto& rank : clean) ASSERT_EQ(rank.status, 0) << rank.output;
   EXPECT_EQ(named_per_epoch(clean[0].output), (std::vector<std::string>{"", ""})) << clean[0].output;
   EXPECT_FALSE(contains(clean[0].output, "Straggler:")) << clean[0].output;
-  EXPECT_TRUE(contains(clean[0].output, "{\"rank\": 3, \"host\": \"" + hostname() + "\", \"device\": \"cpu\", "))
+  EXPECT_TRUE(contains(clean[0].output, "{\"rank\": 3, \"host\": \"" + host_name() + "\", \"device\": \"cpu\", "))
       << clean[0].output;
 }
 
@@ -114,7 +108,7 @@ TEST(PeerCheck, AStoppedRankIsNamedByRankZeroAfterTheTimeout) {
   EXPECT_EQ(rank0, 1) << output0;
   EXPECT_EQ(rank2, 1) << output2;
   const std::string verdict =
-      "rank 1 on " + hostname() + " (cpu) did not answer within 3 s after a collective failed (";
+      "rank 1 on " + host_name() + " (cpu) did not answer within 3 s after a collective failed (";
   EXPECT_TRUE(contains(output0, "ddp-train: " + verdict)) << output0;
   EXPECT_TRUE(contains(output0, "): stopped, hung or gone\n")) << output0;
   EXPECT_TRUE(contains(output2, "ddp-train: rank 2: rank 0 found that " + verdict)) << output2;
