@@ -88,13 +88,7 @@ Hostlist::Part Hostlist::parse_bracket(std::string_view body, std::string_view e
   if (body.empty()) fail(expression, "empty '[]'");
   Part part;
   part.count = 0;
-  size_t start = 0;
-  while (start <= body.size()) {
-    const size_t comma = std::min(body.find(',', start), body.size());
-    const std::string_view range = body.substr(start, comma - start);
-    const size_t dash = range.find('-');
-    const std::string_view low = range.substr(0, dash);
-    const std::string_view high = dash == std::string_view::npos ? low : range.substr(dash + 1);
+  for_each_range(body, [&](std::string_view range, std::string_view low, std::string_view high) {
     const auto first = parse_uint(low, kMaxIndex);
     const auto last = parse_uint(high, kMaxIndex);
     if (!first || !last) fail(expression, "range " + quote(range) + " is not N or N-M with whole numbers");
@@ -104,8 +98,7 @@ Hostlist::Part Hostlist::parse_bracket(std::string_view body, std::string_view e
     part.ranges.push_back({*first, count, low.size()});
     part.count += static_cast<size_t>(count);
     if (part.count > kMaxHosts) fail(expression, "more than " + std::to_string(kMaxHosts) + " hosts");
-    start = comma + 1;
-  }
+  });
   return part;
 }
 

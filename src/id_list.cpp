@@ -26,17 +26,12 @@ std::vector<unsigned> parse_id_list(std::string_view text, std::string_view what
   if (text.empty()) reject(text, what, "the list is empty");
   // Ranges are merged before they are expanded, so repeated wide ranges cost no more than one.
   std::vector<std::pair<unsigned, unsigned>> ranges;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string_view item = text.substr(start, comma - start);
-    const size_t dash = item.find('-');
-    const unsigned first = parse_id(item.substr(0, dash), text, what);
-    const unsigned last = dash == std::string_view::npos ? first : parse_id(item.substr(dash + 1), text, what);
+  for_each_range(text, [&](std::string_view item, std::string_view first_text, std::string_view last_text) {
+    const unsigned first = parse_id(first_text, text, what);
+    const unsigned last = parse_id(last_text, text, what);
     if (last < first) reject(text, what, "the range " + quote(item) + " runs backwards");
     ranges.emplace_back(first, last);
-    start = comma + 1;
-  }
+  });
   std::sort(ranges.begin(), ranges.end());
   std::vector<unsigned> ids;
   for (const auto& [first, last] : ranges) {

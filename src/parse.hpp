@@ -1,5 +1,6 @@
 #pragma once
 // Strict text-to-value conversions shared by every parser of the core library.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,5 +24,20 @@ std::string printable(std::string_view text, size_t max_length);
 
 // The non-empty entries of a `separator`-separated list: "eth0,,ib0" is {"eth0", "ib0"}.
 std::vector<std::string> split(std::string_view text, char separator);
+
+// Calls on_range(item, first, last) for each item of a comma-separated list of numbers and FIRST-LAST ranges ("0-3,8"),
+// in order, empty items included so that the caller refuses them: `last` is `first` where the item is one number. The
+// caller converts the numbers, with its own limits and errors.
+template <typename OnRange>
+void for_each_range(std::string_view text, OnRange on_range) {
+  for (size_t start = 0; start <= text.size();) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = text.substr(start, comma - start);
+    const size_t dash = item.find('-');
+    const std::string_view first = item.substr(0, dash);
+    on_range(item, first, dash == std::string_view::npos ? first : item.substr(dash + 1));
+    start = comma + 1;
+  }
+}
 
 }  // namespace ddp

@@ -90,19 +90,14 @@ std::vector<PortRange> parse_reserved_ports(std::string_view text) {
   constexpr std::string_view kWhat = "SLURM_STEP_RESV_PORTS (set by Slurm's MpiParams=ports)";
   constexpr size_t kMaxItems = 1024;  // Slurm reserves a handful per step; bounds the work on odd input
   std::vector<PortRange> ranges;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string_view item = text.substr(start, comma - start);
-    const size_t dash = item.find('-');
-    const auto first = require_uint(item.substr(0, dash), 1, 65535, kWhat);
-    const auto last = dash == std::string_view::npos ? first : require_uint(item.substr(dash + 1), 1, 65535, kWhat);
+  for_each_range(text, [&](std::string_view, std::string_view first_text, std::string_view last_text) {
+    const auto first = require_uint(first_text, 1, 65535, kWhat);
+    const auto last = require_uint(last_text, 1, 65535, kWhat);
     if (last < first || (!ranges.empty() && first <= ranges.back().last) || ranges.size() == kMaxItems) {
       throw Error(std::string(kWhat) + " " + quote(text) + " is not an ascending list of ports and FIRST-LAST ranges");
     }
     ranges.push_back({static_cast<uint16_t>(first), static_cast<uint16_t>(last)});
-    start = comma + 1;
-  }
+  });
   return ranges;
 }
 
