@@ -80,14 +80,13 @@ void refuse_bare_srun(const EnvLookup& env) {
   }
 }
 
-// OpenMP takes a list such as "4,2", one count per nesting level; the outer one is the one that matters here.
+}  // namespace
+
 std::optional<int> outer_thread_count(const std::string& text) {
   const auto threads = parse_uint(text.substr(0, text.find(',')), 1u << 20);
   if (!threads || *threads == 0) return std::nullopt;
   return static_cast<int>(*threads);
 }
-
-}  // namespace
 
 Launch launch_from_environment(const EnvLookup& env) {
   Launch launch;

@@ -44,4 +44,8 @@ struct Launch {
 // torchrun's variables without MASTER_ADDR and MASTER_PORT, an unknown DDP_BACKEND, srun without --ddp.
 Launch launch_from_environment(const EnvLookup& env);
 
+// OMP_NUM_THREADS's outer level: OpenMP takes a list such as "4,2", one count per nesting level, and the outer one
+// is what competes for the task's cores. Empty where the text is not a whole number from 1.
+std::optional<int> outer_thread_count(const std::string& text);
+
 }  // namespace ddp

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include "launch.hpp"
 #include "parse.hpp"
 
 namespace ddp::doctor {
@@ -33,13 +34,12 @@ CheckResult check_omp_threads(const std::optional<std::string>& omp_num_threads,
                        "each rank starts one OpenMP thread per core of the node and the ranks fight over them; "
                        "srun --ddp sets it from --cpus-per-task, or export OMP_NUM_THREADS");
   }
-  // A list ("8,2") sets nested levels; the outer level is what competes for the task's cores.
-  const auto threads = parse_uint(omp_num_threads->substr(0, omp_num_threads->find(',')), 1u << 20);
-  if (!threads || *threads == 0) {
+  const std::optional<int> threads = outer_thread_count(*omp_num_threads);
+  if (!threads) {
     return make_result(check, Status::Fail, quote(*omp_num_threads), threshold,
                        "OMP_NUM_THREADS must be a whole number >= 1; OpenMP ignores this value");
   }
-  if (*threads > cores) {
+  if (static_cast<unsigned>(*threads) > cores) {
     return make_result(check, Status::Warn, *omp_num_threads, threshold,
                        "more threads than the " + std::to_string(cores) +
                            " core(s) this task may use: they time-slice; set OMP_NUM_THREADS=" + std::to_string(cores));
