@@ -69,11 +69,17 @@ cmd_create() {
     mirror=$(debian_mirror)
     rm -rf "$dir"
     say "creating a $release root in $dir from $mirror (about a minute)"
-    debootstrap --variant=minbase "$release" "$dir" "$mirror" >"$ROOTS/$release.debootstrap.log" 2>&1 ||
+    # A release newer than this machine's debootstrap (forky on bookworm) is made with the script of sid, which
+    # every debootstrap has and which names no release of its own.
+    local script=/usr/share/debootstrap/scripts/$release
+    [ -e "$script" ] || script=/usr/share/debootstrap/scripts/sid
+    debootstrap --variant=minbase "$release" "$dir" "$mirror" "$script" >"$ROOTS/$release.debootstrap.log" 2>&1 ||
       die "debootstrap $release failed: $(tail -n 3 "$ROOTS/$release.debootstrap.log" | tr '\n' ' ')"
     # Daemons' postinst scripts must not start them inside the root (they would run on the host's network).
     printf '#!/bin/sh\nexit 101\n' >"$dir/usr/sbin/policy-rc.d"
     chmod 0755 "$dir/usr/sbin/policy-rc.d"
+    # Debian testing's Release file can be past its Valid-Until date on a mirror snapshot; its signature still holds.
+    printf 'Acquire::Check-Valid-Until "false";\n' >"$dir/etc/apt/apt.conf.d/99ddp-valid-until"
     printf '127.0.0.1\tlocalhost\n127.0.1.1\tddp-%s\n' "$release" >"$dir/etc/hosts"
     touch "$dir/.ddp-root-ready"
     say "$release root ready in $((SECONDS - t0)) s"
