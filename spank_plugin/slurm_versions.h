@@ -1,4 +1,4 @@
-/* The Slurm versions ddp.so supports, 22.05 to 25.x, and what differs between them for a SPANK plugin: the one
+/* The Slurm versions ddp.so supports, 22.05 to 26.05, and what differs between them for a SPANK plugin: the one
  * place that reads SLURM_VERSION_NUMBER. ddp.so is built against the headers of the Slurm that loads it (its
  * plugin_version must match), so every difference is known at compile time.
  *
@@ -15,7 +15,15 @@
  *  25.05  Any non-zero return of a callback is an error: ddp.so returns exactly 0 or -1 (guarded()). A failing
  *         slurm_spank_init drains the node unless the plugin's slurm_spank_init_failure_mode says otherwise:
  *         ddp.so's init fails only when Slurm refuses its option table, and then only the job fails.
- *         spank_fini runs before pam_finish (ddp.so has no fini).
+ *         spank_fini runs before pam_finish (ddp.so has no fini). A positive return is an error too (before, only
+ *         a negative one was).
+ *  25.11  slurm_spank_task_init_privileged may run in parallel with slurm_spank_task_post_fork: ddp.so defines
+ *         neither, so no state of its own is shared between the two. 25.11.0 to 25.11.4 assert, in developer
+ *         builds, on options registered without an argument; --ddp takes an optional one (has_arg 2).
+ *  26.05  After a task exits badly under --kill-on-bad-exit, the other tasks get SIGCONT and SIGTERM, then SIGKILL
+ *         after KillWait (before: SIGKILL alone): a task that handles SIGTERM has KillWait to save its state.
+ *         --gres=gpu:N and --gpus-per-node exclude each other (the templates say which to override); the API
+ *         takes slurm_step_id_t, which matters only to code linking libslurm (ddp.so does not).
  * tests/cluster/spank_versions.sh checks the behaviour of the Slurm under test against this list. */
 #ifndef DDP_SLURM_VERSIONS_H
 #define DDP_SLURM_VERSIONS_H

@@ -14,6 +14,8 @@
 #include <initializer_list>
 #include <sstream>
 #include <type_traits>
+#include <unordered_map>
+#include <vector>
 
 #ifdef DDP_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -134,12 +136,41 @@ ProcessGroupPtr make_nccl_group([[maybe_unused]] const StorePtr& store, [[maybe_
 #endif
 }
 
+namespace {
+
+// The Reducer's constructor by its arguments, not by version number: up to 2.x it takes the per-bucket size limits
+// after the bucket indices; later releases (2.14 has it) drop them and add, after first_bucket_bytes_cap, whether
+// to skip all-reducing unused parameters, whether the Python reducer runs, and the limits used when buckets are
+// rebuilt (empty: the Reducer's own rule from bucket_bytes_cap and first_bucket_bytes_cap, which is what the
+// limits passed to the older constructor say too: one bucket until the rebuild).
+using LimitsFirst = std::is_constructible<c10d::Reducer, std::vector<at::Tensor>, std::vector<std::vector<size_t>>,
+                                          std::vector<size_t>, ProcessGroupPtr, std::vector<bool>, int64_t, bool,
+                                          bool, std::unordered_map<size_t, std::string>, int64_t>;
+
+template <class Reducer = c10d::Reducer>
+std::shared_ptr<Reducer> construct_reducer(const std::vector<at::Tensor>& params, ReducerConfig config,
+                                           const ProcessGroupPtr& group) {
+  std::vector<bool> expect_sparse(params.size(), false);
+  const bool find_unused_parameters = false;
+  if constexpr (LimitsFirst::value) {
+    return std::make_shared<Reducer>(params, std::move(config.bucket_indices), std::move(config.bucket_size_limits),
+                                     group, std::move(expect_sparse), config.bucket_bytes_cap, find_unused_parameters,
+                                     config.gradient_as_bucket_view, std::move(config.param_names),
+                                     config.first_bucket_bytes_cap);
+  } else {
+    return std::make_shared<Reducer>(params, std::move(config.bucket_indices), group, std::move(expect_sparse),
+                                     config.bucket_bytes_cap, find_unused_parameters, config.gradient_as_bucket_view,
+                                     std::move(config.param_names), config.first_bucket_bytes_cap,
+                                     /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+                                     /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<c10d::Reducer> make_reducer(const std::vector<at::Tensor>& params, ReducerConfig config,
                                             const ProcessGroupPtr& group) {
-  return std::make_shared<c10d::Reducer>(params, std::move(config.bucket_indices), std::move(config.bucket_size_limits),
-                                         group, std::vector<bool>(params.size(), false), config.bucket_bytes_cap,
-                                         /*find_unused_parameters=*/false, config.gradient_as_bucket_view,
-                                         std::move(config.param_names), config.first_bucket_bytes_cap);
+  return construct_reducer(params, std::move(config), group);
 }
 
 torch::optim::OptimizerParamState* optimizer_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param) {

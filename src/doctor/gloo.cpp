@@ -6,6 +6,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <memory>
+
 namespace ddp::doctor {
 namespace {
 
@@ -32,6 +34,21 @@ class PrefixedStore : public gloo::rendezvous::Store {
   std::string prefix_;
   Deadline deadline_;
 };
+
+// Gloo's Context takes its rendezvous store by reference up to 2024 and as a shared_ptr since (Debian 14's 2025-09
+// Gloo): whichever this Gloo's connectFullMesh accepts.
+template <class Context>
+auto connect_full_mesh(Context& context, const std::shared_ptr<gloo::rendezvous::Store>& store,
+                       std::shared_ptr<gloo::transport::Device>& device, int)
+    -> decltype(context.connectFullMesh(store, device)) {
+  return context.connectFullMesh(store, device);
+}
+template <class Context>
+auto connect_full_mesh(Context& context, const std::shared_ptr<gloo::rendezvous::Store>& store,
+                       std::shared_ptr<gloo::transport::Device>& device, long)
+    -> decltype(context.connectFullMesh(*store, device)) {
+  return context.connectFullMesh(*store, device);
+}
 
 AllreduceTiming time_size(const std::shared_ptr<gloo::Context>& context, const AllreduceSize& size, float fill,
                           uint32_t& tag) {
@@ -94,9 +111,9 @@ std::shared_ptr<gloo::Context> connect_gloo(StoreClient& store, const std::strin
                                             std::chrono::milliseconds timeout) {
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
   context->setTimeout(timeout);
-  PrefixedStore keys(store, prefix + "/", Deadline::after(timeout));
+  const auto keys = std::make_shared<PrefixedStore>(store, prefix + "/", Deadline::after(timeout));
   auto shared_device = device;
-  context->connectFullMesh(keys, shared_device);
+  connect_full_mesh(*context, keys, shared_device, 0);
   return context;
 }
 

@@ -78,9 +78,55 @@ check_export() {
   assert_eq 1 "$(cat "$TEST_DIR/inner-export-none.out")" "WORLD_SIZE of srun --export=NONE in sbatch --ddp on Slurm $version"
 }
 
+# 25.05 made any non-zero return of a callback an error; before it, Slurm tested for a negative one and went on.
+check_exact_return_values() {
+  local rc=0 expected=1
+  [ "$series" -ge 2505 ] || expected=0
+  run_on_cluster srun --probe-fail=task_init_1 -N1 -n1 true >/dev/null 2>&1 || rc=$?
+  assert_eq "$expected" "$rc" "srun's exit status when task_init returns 1 on Slurm $version (0 before 25.05, 1 since)"
+}
+
+# A failing slurm_spank_init in slurmstepd: from 25.05 on it drains the node unless the plugin declares
+# slurm_spank_init_failure_mode; ddp.so declares ESPANK_JOB_FAILURE, so its own failure there (its option table
+# refused: another plugin took the name) fails the step and leaves the node in service on every version.
+check_init_failure_mode() {
+  local drained=no expected=yes
+  on_exit resume_nodes
+  set_plugstack "required $probe fail_init"
+  assert_fails "a step whose plugin fails slurm_spank_init" run_on_cluster srun -N1 -w node1 true
+  [ -z "$(run_on_cluster sinfo -h -N -n node1 -t drain,drained,draining -o %N)" ] || drained=yes
+  [ "$series" -ge 2505 ] || expected=$drained_before_2505
+  assert_eq "$expected" "$drained" "node1 drained after a plugin without a failure mode failed init on Slurm $version"
+  resume_nodes
+  set_plugstack "required $probe claim_ddp" "required $DDP_CLUSTER_PLUGIN"
+  assert_fails "a --ddp step whose ddp.so cannot register its options" run_on_cluster srun --ddp -N1 -w node1 true
+  assert_eq "" "$(run_on_cluster sinfo -h -N -n node1 -t drain,drained,draining,down -o %N)" \
+    "node1 in service after ddp.so's init failed on Slurm $version (ESPANK_JOB_FAILURE from 25.05 on)"
+  resume_nodes
+  set_plugstack "required $probe"
+}
+
+# After a task exits badly under --kill-on-bad-exit, the others get SIGKILL up to 25.11; from 26.05 on SIGCONT and
+# SIGTERM first, and SIGKILL after KillWait: a survivor has that long to write a snapshot.
+check_survivors_of_a_bad_exit() {
+  local expected=killed got=killed rc=0
+  [ "$series" -lt 2605 ] || expected=terminated
+  # shellcheck disable=SC2016  # expanded by the tasks
+  run_on_cluster srun -K1 -N2 -n2 bash -c 'if [ "$SLURM_PROCID" = 0 ]; then sleep 2; exit 3; fi
+    trap "echo TERM >$0/survivor-term; trap \"\" TERM" TERM; for _ in $(seq 300); do sleep 0.1; done; echo done >$0/survivor-done' \
+    "$TEST_DIR" >/dev/null 2>&1 || rc=$?
+  [ "$rc" -ne 0 ] || fail "a step whose task 0 exited 3 ended with status 0"
+  [ ! -e "$TEST_DIR/survivor-term" ] || got=terminated
+  assert_eq "$expected" "$got" "what the surviving task got after task 0 exited 3 on Slurm $version"
+  [ ! -e "$TEST_DIR/survivor-done" ] || fail "the survivor ran to its end: no SIGKILL followed on Slurm $version"
+}
+
 check_option_callbacks
+check_exact_return_values
+check_init_failure_mode
+check_survivors_of_a_bad_exit
 check_step_failures
 check_batch_user_init_drains
 check_ddp_refusals
 check_export
-pass "Slurm $version: option callbacks, step failures, batch drain; ddp.so's refusals drain nothing; --ddp under --export"
+pass "Slurm $version: option callbacks, return values, init failure mode, survivors of a bad exit, step failures, batch drain; ddp.so's refusals drain nothing; --ddp under --export"

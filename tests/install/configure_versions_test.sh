@@ -28,11 +28,11 @@ slurm_headers() {  # DIR HEX: slurm/spank.h and a slurm_version.h of that versio
   echo "#define SLURM_VERSION_NUMBER $2" >"$1/slurm/slurm_version.h"
 }
 slurm_headers "$WORK/slurm2108" 0x150800
-slurm_headers "$WORK/slurm2605" 0x1a0500
-refused "Slurm 21.08" "Slurm 21.08 found ($WORK/slurm2108/slurm/slurm_version.h); slurm-ddp supports Slurm 22.05 to 25.x" \
+slurm_headers "$WORK/slurm2611" 0x1a0b00
+refused "Slurm 21.08" "Slurm 21.08 found ($WORK/slurm2108/slurm/slurm_version.h); slurm-ddp supports Slurm 22.05 to 26.05" \
   -DSLURM_INCLUDE_DIR="$WORK/slurm2108" -DDDP_BUILD_RUNTIME=OFF
-refused "Slurm 26.05" "-DDDP_ALLOW_UNTESTED_SLURM=ON to try a newer Slurm" \
-  -DSLURM_INCLUDE_DIR="$WORK/slurm2605" -DDDP_BUILD_RUNTIME=OFF
+refused "Slurm 26.11" "Slurm 26.11 found ($WORK/slurm2611/slurm/slurm_version.h); slurm-ddp supports Slurm 22.05 to 26.05: build against one of those headers (SLURM_INCLUDE_DIR), or -DDDP_ALLOW_UNTESTED_SLURM=ON to try a newer Slurm" \
+  -DSLURM_INCLUDE_DIR="$WORK/slurm2611" -DDDP_BUILD_RUNTIME=OFF
 
 torch_config() {  # DIR VERSION: a TorchConfig that find_package(Torch) accepts, of that version
   mkdir -p "$1"
@@ -49,9 +49,12 @@ refused "LibTorch 3.0" "LibTorch 3.0.0 found at $WORK/torch3; slurm-ddp supports
 # The MPI check reads the mpi.h that FindMPI's include directories hold; the cache entry stands in for it. It comes
 # after LibTorch's, so these two configure against this machine's LibTorch and MPI (run.sh installs both).
 echo '#define OMPI_MAJOR_VERSION 3' >"$WORK/mpi3.h"
+echo '#define OMPI_MAJOR_VERSION 7' >"$WORK/mpi7.h"
 echo '#define MPICH_VERSION "4.1"' >"$WORK/mpich.h"
-refused "OpenMPI 3" "OpenMPI 3 found ($WORK/mpi3.h); slurm-ddp's MPI group supports OpenMPI 4 and 5" \
+refused "OpenMPI 3" "OpenMPI 3 found ($WORK/mpi3.h); slurm-ddp's MPI group supports OpenMPI 4 to 6" \
   -DDDP_MPI_H="$WORK/mpi3.h" -DDDP_BUILD_PLUGIN=OFF
-refused "MPICH" "the MPI found ($WORK/mpich.h) is not OpenMPI; slurm-ddp's MPI group supports OpenMPI 4 and 5" \
+refused "OpenMPI 7" "OpenMPI 7 found ($WORK/mpi7.h); slurm-ddp's MPI group supports OpenMPI 4 to 6" \
+  -DDDP_MPI_H="$WORK/mpi7.h" -DDDP_BUILD_PLUGIN=OFF
+refused "MPICH" "the MPI found ($WORK/mpich.h) is not OpenMPI; slurm-ddp's MPI group supports OpenMPI 4 to 6" \
   -DDDP_MPI_H="$WORK/mpich.h" -DDDP_BUILD_PLUGIN=OFF
 echo "PASS: unsupported Slurm, LibTorch and MPI versions are refused at configure time, each in one line"

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Snapshots move between the stacks (issue 11): a snapshot that one stack's ddp-train wrote resumes on the other
-# stack's ddp-train, both ways. The same TorchScript MLP with AdamW on the same .npy data for both, made once by
-# Debian 12's PyTorch (a TorchScript file loads in a later LibTorch, not in an earlier one). An MLP: LibTorch 1.13
-# and 2.6 compute its steps alike to the bit, while dropout draws its masks differently from the same generator
-# state, which would hide what the snapshot carried behind what the versions compute.
-# For each direction A -> B, on 2 ranks:
-#   1. A trains 5 epochs with a snapshot every epoch: its final model F_A and its snapshot after epoch 3, S_A;
-#   2. B resumes S_A with 3 epochs to run: nothing is left to train, so B's final model is what B restored, and
+# Snapshots move between the stacks: a snapshot that one stack's ddp-train wrote resumes on every other stack's
+# ddp-train. The same TorchScript MLP with AdamW on the same .npy data for all, made once by this machine's PyTorch
+# (Debian 12's, the oldest: a TorchScript file loads in a later LibTorch, not in an earlier one). An MLP: LibTorch
+# 1.13, 2.6 and 2.14 compute its steps alike to the bit, while dropout draws its masks differently from the same
+# generator state, which would hide what the snapshot carried behind what the versions compute.
+# Each stack A, on 2 ranks, trains 5 epochs with a snapshot every epoch: its final model F_A and its snapshot after
+# epoch 3, S_A. Then for each other stack B:
+#   1. B resumes S_A with 3 epochs to run: nothing is left to train, so B's final model is what B restored, and
 #      every tensor must be S_A's MODEL_STATE bit for bit;
-#   3. B resumes S_A to epoch 5: optimizer state, sampler position and step count came along if B's final model is
+#   2. B resumes S_A to epoch 5: optimizer state, sampler position and step count came along if B's final model is
 #      F_A, bit for bit.
-#   cross_stack.sh BUILD_A BUILD_B RELEASE_B      run by ./run.sh test after both stacks' suites; A is this
-#                                                 machine's stack (BUILD_A), B the one in RELEASE_B's root
+#   cross_stack.sh BUILD_HERE BUILD:RELEASE...    run by ./run.sh test after every stack's suite: BUILD_HERE is
+#                                                 this machine's stack's build, each BUILD:RELEASE a stack in
+#                                                 RELEASE's root
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -37,24 +38,33 @@ if [ "${1:-}" = __ranks ]; then
   exit 0
 fi
 
-BUILD_A=$(realpath "${1:?usage: cross_stack.sh BUILD_A BUILD_B RELEASE_B}")
-BUILD_B=$(realpath "${2:?usage: cross_stack.sh BUILD_A BUILD_B RELEASE_B}")
-RELEASE_B=${3:?usage: cross_stack.sh BUILD_A BUILD_B RELEASE_B}
-WORK=$BUILD_A/cross-stack
+usage="usage: cross_stack.sh BUILD_HERE BUILD:RELEASE..."
+BUILD_HERE=$(realpath "${1:?$usage}")
+shift
+[ $# -gt 0 ] || fail "no stack in a root; $usage"
+# The stacks by name: "here", and each root's release. Their build directories; a root's release.
+declare -A BUILD_OF=([here]=$BUILD_HERE)
+STACK_NAMES=(here)
+for stack in "$@"; do
+  [[ $stack == *:* ]] || fail "'$stack': give BUILD:RELEASE; $usage"
+  BUILD_OF[${stack##*:}]=$(realpath "${stack%:*}")
+  STACK_NAMES+=("${stack##*:}")
+done
+WORK=$BUILD_HERE/cross-stack
 rm -rf "$WORK"
 mkdir -p "$WORK"
 
-# ranks STACK LOG ARGS...: on this machine (a) or in B's root (b), whose file system shows the repository (and so
-# both build directories) at the same path. The port is reserved here, by the tests' shared helper (locked for
-# this script's life, outside the kernel's ephemeral range).
+# ranks STACK LOG ARGS...: on this machine ("here") or in the root of release STACK, whose file system shows the
+# repository (and so every build directory) at the same path. The port is reserved here, by the tests' shared
+# helper (locked for this script's life, outside the kernel's ephemeral range).
 ranks() {
   local stack=$1 port
   shift
-  port=$("$BUILD_A/tests/common/ddp-test-port" $$) || fail "no free port"
-  if [ "$stack" = a ]; then
-    "$0" __ranks "$BUILD_A/runtime/ddp-train" "$port" "$@"
+  port=$("$BUILD_HERE/tests/common/ddp-test-port" $$) || fail "no free port"
+  if [ "$stack" = here ]; then
+    "$0" __ranks "$BUILD_HERE/runtime/ddp-train" "$port" "$@"
   else
-    "$ROOT/tests/stacks/root.sh" run "$RELEASE_B" --isolated -- "$0" __ranks "$BUILD_B/runtime/ddp-train" "$port" "$@"
+    "$ROOT/tests/stacks/root.sh" run "$stack" --isolated -- "$0" __ranks "${BUILD_OF[$stack]}/runtime/ddp-train" "$port" "$@"
   fi
 }
 
@@ -81,13 +91,20 @@ if not exact:
 EOF
 }
 
-direction() {
-  local from=$1 to=$2 dir=$WORK/$1-to-$2 snapshot result
+# train STACK: 5 epochs with a snapshot each; F_STACK in $WORK/STACK/final.pt, S_STACK printed.
+train() {
+  local from=$1 dir=$WORK/$1 snapshot
   mkdir -p "$dir"
-  ranks "$from" "$dir/whole.log" "${TRAIN[@]}" --snapshot-dir "$dir/snapshots" --output "$dir/final-$from.pt" 5 1 ||
+  ranks "$from" "$dir/whole.log" "${TRAIN[@]}" --snapshot-dir "$dir/snapshots" --output "$dir/final.pt" 5 1 ||
     fail "stack $from could not train"
   snapshot=$(find "$dir/snapshots" -name 'snapshot-e000003-*.pt' -print -quit)
   [ -n "$snapshot" ] || fail "stack $from wrote no snapshot after epoch 3: $(ls "$dir/snapshots")"
+  echo "$snapshot"
+}
+
+direction() {
+  local from=$1 to=$2 snapshot=$3 dir=$WORK/$1-to-$2 result
+  mkdir -p "$dir"
   ranks "$to" "$dir/restored.log" "${TRAIN[@]}" --snapshot-dir "$dir/restored" --resume "$snapshot" \
     --output "$dir/restored-$to.pt" 3 1 || fail "stack $to could not resume stack $from's snapshot"
   grep -q "Resuming training from snapshot at Epoch 3 " "$dir/restored.log.rank0" ||
@@ -97,11 +114,16 @@ direction() {
   echo "cross_stack: $from -> $to: restored weights: $result"
   ranks "$to" "$dir/resumed.log" "${TRAIN[@]}" --snapshot-dir "$dir/resumed" --resume "$snapshot" \
     --output "$dir/resumed-$to.pt" 5 1 || fail "stack $to could not continue stack $from's run"
-  result=$(compare "$dir/final-$from.pt" "$dir/resumed-$to.pt" 2>&1) ||
+  result=$(compare "$WORK/$from/final.pt" "$dir/resumed-$to.pt" 2>&1) ||
     fail "stack $to's continuation of stack $from's run is not $from's own: $result"
   echo "cross_stack: $from -> $to: continued to epoch 5, against $from's own run: $result"
 }
 
-direction a b
-direction b a
-echo "cross_stack: PASS: snapshots resume across the stacks both ways"
+declare -A SNAPSHOT_OF
+for from in "${STACK_NAMES[@]}"; do SNAPSHOT_OF[$from]=$(train "$from"); done
+for from in "${STACK_NAMES[@]}"; do
+  for to in "${STACK_NAMES[@]}"; do
+    [ "$from" = "$to" ] || direction "$from" "$to" "${SNAPSHOT_OF[$from]}"
+  done
+done
+echo "cross_stack: PASS: snapshots resume among ${STACK_NAMES[*]}, every way"
