@@ -183,14 +183,14 @@ configure_and_build() {
   # check runs NCCL or Gloo, and an MPI other than OpenMPI 4/5 would stop the configuration.
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_STANDARD=$standard \
     -DDDP_BUILD_PLUGIN=OFF -DBUILD_TESTING=OFF -DDDP_BUILD_DOCTOR=AUTO -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
-    -DTorch_DIR="$torch_dir" -DCMAKE_PREFIX_PATH="$bundled" "${args[@]}" >"$BUILD.configure.log" 2>&1 ||
-    { tail -20 "$BUILD.configure.log"; die "cmake failed (log: $BUILD.configure.log)"; }
-  grep -E '^-- (hwloc|runtime|ddp-doctor)' "$BUILD.configure.log" || true
+    -DTorch_DIR="$torch_dir" -DCMAKE_PREFIX_PATH="$bundled" "${args[@]}" >"$BUILD/check-configure.log" 2>&1 ||
+    { tail -20 "$BUILD/check-configure.log"; die "cmake failed (log: $BUILD/check-configure.log)"; }
+  grep -E '^-- (hwloc|runtime|ddp-doctor)' "$BUILD/check-configure.log" || true
   local targets=(ddp-train ddp-topo)
   grep -q '^build ddp-doctor:\|^build src/doctor/ddp-doctor:' "$BUILD/build.ninja" && targets+=(ddp-doctor)
   echo "== build: ${targets[*]} (-j $JOBS)"
-  cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >"$BUILD.build.log" 2>&1 ||
-    { tail -30 "$BUILD.build.log"; die "the build failed (log: $BUILD.build.log)"; }
+  cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >"$BUILD/check-build.log" 2>&1 ||
+    { tail -30 "$BUILD/check-build.log"; die "the build failed (log: $BUILD/check-build.log)"; }
   hwloc_used=$(grep -E '^(DDP_HWLOC_LIBRARY|HWLOC_LINK_LIBRARIES):' "$BUILD/CMakeCache.txt" | head -1 | cut -d= -f2)
   record build pass "LibTorch $TORCH_VERSION, hwloc ${hwloc_used:-?}"
 }
@@ -269,8 +269,8 @@ train_all() {
     train-seed "$WORK/seed-py.pt" --samples "$SAMPLES" --batch-size $batch
   "$PY" "$MODEL_IO" make-model mlp "$WORK/mlp.pt" --width 256
   "$PY" "$MODEL_IO" make-data mlp "$WORK/data.pt" --samples "$SAMPLES"
-  train_pair model --model "$WORK/mlp.pt" --data "$WORK/data.pt" --batch-size $batch --optimizer adamw --lr 1e-3 -- \
-    train "$WORK/mlp.pt" "$WORK/data.pt" "$WORK/model-py.pt" --batch-size $batch --optimizer adamw --lr 1e-3
+  train_pair model --model "$WORK/mlp.pt" --data "$WORK/data.pt" --batch-size $batch --momentum 0.9 --lr 0.01 -- \
+    train "$WORK/mlp.pt" "$WORK/data.pt" "$WORK/model-py.pt" --batch-size $batch --momentum 0.9 --lr 0.01
 }
 
 # ---- topology and doctor --------------------------------------------------------------------------------------
@@ -294,7 +294,7 @@ run_topo() {
 run_doctor() {
   local doctor=$BUILD/src/doctor/ddp-doctor
   if [ ! -x "$doctor" ]; then
-    record ddp-doctor skip "not built: no Gloo found (install libgloo-dev or gloo); see $BUILD.configure.log"
+    record ddp-doctor skip "not built: no Gloo found (install libgloo-dev or gloo); see $BUILD/check-configure.log"
     return
   fi
   local libs status=0
