@@ -191,8 +191,10 @@ configure_and_build() {
   echo "== build: ${targets[*]} (-j $JOBS)"
   cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >"$BUILD/check-build.log" 2>&1 ||
     { tail -30 "$BUILD/check-build.log"; die "the build failed (log: $BUILD/check-build.log)"; }
-  hwloc_used=$(grep -E '^(DDP_HWLOC_LIBRARY|HWLOC_LINK_LIBRARIES):' "$BUILD/CMakeCache.txt" | head -1 | cut -d= -f2)
-  record build pass "LibTorch $TORCH_VERSION, hwloc ${hwloc_used:-?}"
+  # Which hwloc the build linked, from CMake's cache: the bundled static library, or pkg-config's.
+  hwloc_used=$(sed -n 's/^DDP_HWLOC_LIBRARY:FILEPATH=//p' "$BUILD/CMakeCache.txt")
+  [ -n "$hwloc_used" ] || hwloc_used=$(sed -n 's/^pkgcfg_lib_HWLOC_hwloc:FILEPATH=//p' "$BUILD/CMakeCache.txt")
+  record build pass "LibTorch $TORCH_VERSION; $hwloc_used"
 }
 
 # ---- training -------------------------------------------------------------------------------------------------
@@ -229,7 +231,7 @@ if sorted(a) != sorted(b):
     sys.exit(1)
 worst = max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
 ok = all(torch.allclose(a[k].double(), b[k].double(), rtol=rtol, atol=atol) for k in a)
-print(f"max |diff| {worst:.2e}")
+print(f"max abs diff {worst:.2e}")
 sys.exit(0 if ok else 1)
 PYTHON
 }
@@ -298,17 +300,23 @@ run_doctor() {
     return
   fi
   local libs status=0
+  # The doctor checks the snapshot directory's rules (the user's alone): one made for it.
+  mkdir -m 0700 "$WORK/doctor-snapshots"
   libs=$(find "$SITE/nvidia" -maxdepth 2 -name lib -type d 2>/dev/null | tr '\n' ':' || true)
   echo "== ddp-doctor --quick (this node, one rank)"
-  env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((20000 + RANDOM % 20000)) \
+  env OMP_NUM_THREADS=1 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((20000 + RANDOM % 20000)) \
     DDP_BACKEND="$BACKEND" LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:-}" "$doctor" --quick \
     --snapshot-dir "$WORK/doctor-snapshots" >"$WORK/doctor.log" 2>&1 || status=$?
   cat "$WORK/doctor.log"
-  local gpu_lines
-  gpu_lines=$(grep -iE '^[^:]*(gpu|nccl|nvml|driver)' "$WORK/doctor.log" | grep -viE 'progress' | head -8 || true)
-  [ -z "$gpu_lines" ] || printf '   GPU lines:\n%s\n' "$gpu_lines"
+  # Its GPU rows (gpu.*, topo.gpu_nic, allreduce.nccl), by the CHECK column of its table, as "check STATUS".
+  local gpu_checks
+  gpu_checks=$(awk '$3 ~ /^(gpu\.|topo\.gpu|allreduce\.nccl)/ {printf "%s%s %s", sep, $3, $4; sep = ", "}' \
+    "$WORK/doctor.log")
+  local gpu_result=pass
+  case $gpu_checks in *" FAIL"*) gpu_result=FAIL ;; esac
+  record "ddp-doctor GPU checks" "$gpu_result" "${gpu_checks:-none reported}"
   if [ $status -eq 0 ]; then
-    record ddp-doctor pass "$(grep -ciE 'gpu|nccl' "$WORK/doctor.log" || true) line(s) on GPUs/NCCL; exit 0"
+    record ddp-doctor pass "exit 0: $(tail -1 "$WORK/doctor.log" | sed 's/^ddp-doctor: //')"
   else
     record ddp-doctor FAIL "exit $status; see $WORK/doctor.log"
   fi
