@@ -7,7 +7,9 @@ training in Python DDP (Gloo, ranks from the torchrun variables) to compare ddp-
                                                 regression (x [N, 8], y [N, 4]); N from --samples; a .pt file,
                                                 or with --npy a directory of x.npy and y.npy
   model_io.py train MODEL DATA OUT [options]   Python DDP from MODEL's weights on DATA; rank 0 saves the final
-                                                state_dict to OUT
+                                                state_dict to OUT and prints "Trained ... samples/s" as ddp-train
+  model_io.py train-seed OUT [options]         ddp-train's seed workload (--workload seed) in Python DDP: the same
+                                                data and Linear(20,1) from --seed, mse loss; rank 0 saves to OUT
   model_io.py continue KIND SNAPSHOT DATA OUT [options]
                                                 the original nn.Module and torch.optim optimizer loaded from a
                                                 ddp-train snapshot, trained to the end in Python DDP
@@ -19,12 +21,14 @@ training in Python DDP (Gloo, ranks from the torchrun variables) to compare ddp-
                                                 prints "same outputs" when they agree
 options: --epochs N --batch-size N --seed N --optimizer sgd|adamw --lr X --momentum X --weight-decay X
          --clip-grad-norm X --lr-schedule constant|step|cosine --lr-step-epochs N --lr-gamma X --warmup-steps N
-         --loss mse|cross-entropy|nll --accumulate N
+         --loss mse|cross-entropy|nll --accumulate N --backend gloo|nccl (nccl: each rank on cuda:LOCAL_RANK)
+         train-seed: --epochs --batch-size --seed --lr --samples --backend
 """
 import argparse
 import contextlib
 import math
 import os
+import time
 
 import numpy
 import torch
@@ -204,7 +208,8 @@ def train_ddp(args, model, dataset, optimizer, first_epoch, first_step):
     epoch's iterator: dropout would then see other random numbers than in ddp-train. With --accumulate N, N
     batches per optimizer step (the epoch's last step may have fewer), each loss divided by their number, and
     gradients synchronised on the last only (no_sync on the others)."""
-    ddp = DDP(model)
+    device = device_of(args)
+    ddp = DDP(model, device_ids=[device.index]) if device.type == "cuda" else DDP(model)
     sampler = DistributedSampler(dataset, seed=args.seed)
     batches_per_epoch = math.ceil(len(sampler) / args.batch_size)
     total_steps = args.epochs * math.ceil(batches_per_epoch / args.accumulate)
@@ -217,7 +222,7 @@ def train_ddp(args, model, dataset, optimizer, first_epoch, first_step):
             group = starts[first:first + args.accumulate]
             optimizer.zero_grad()
             for i, start in enumerate(group):
-                x, y = dataset[order[start:start + args.batch_size]]
+                x, y = (t.to(device) for t in dataset[order[start:start + args.batch_size]])
                 with ddp.no_sync() if i + 1 < len(group) else contextlib.nullcontext():
                     (loss_of(args, ddp(x), y) / len(group)).backward()
             if args.clip_grad_norm > 0:
@@ -228,16 +233,62 @@ def train_ddp(args, model, dataset, optimizer, first_epoch, first_step):
             step += 1
 
 
+def device_of(args):
+    """nccl: this rank's GPU, cuda:LOCAL_RANK, as ddp-train takes it; gloo: the CPU."""
+    if getattr(args, "backend", "gloo") == "nccl":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def start_group(args):
+    device = device_of(args)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(getattr(args, "backend", "gloo"))
+    return device
+
+
 def save_final(model, path):
     if dist.get_rank() == 0:
-        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, path)
+        torch.save({k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, path)
+
+
+def timed_training(args, model, dataset, optimizer):
+    """train_ddp, then rank 0's "Trained N epochs (S samples) in T s: R samples/s", counted as ddp-train counts
+    them: every rank's samples of every epoch (DistributedSampler's padding included)."""
+    device = device_of(args)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    train_ddp(args, model, dataset, optimizer, 0, 0)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    samples = len(DistributedSampler(dataset)) * dist.get_world_size() * args.epochs
+    if dist.get_rank() == 0:
+        print(f"Trained {args.epochs} epochs ({samples} samples) in {seconds:.3f} s: {samples / seconds:.0f} samples/s",
+              flush=True)
 
 
 def train(args):
-    dist.init_process_group("gloo")
+    device = start_group(args)
     torch.manual_seed(args.seed)
-    model = torch.jit.load(args.model)
-    train_ddp(args, model, load_data(args.data), make_optimizer(args, model.parameters()), 0, 0)
+    model = torch.jit.load(args.model).to(device)
+    timed_training(args, model, load_data(args.data), make_optimizer(args, model.parameters()))
+    save_final(model, args.out)
+    dist.destroy_process_group()
+
+
+def train_seed(args):
+    """ddp-train --workload seed: at::manual_seed(--seed), then the seed's MyTrainDataset (pairs of rand(20),
+    rand(1), drawn in that order), then Linear(20, 1) (workloads.cpp), all on the CPU generator."""
+    args.loss = "mse"  # the seed workload's loss
+    device = start_group(args)
+    torch.manual_seed(args.seed)
+    pairs = [(torch.rand(20), torch.rand(1)) for _ in range(args.samples)]
+    dataset = TensorDataset(torch.stack([x for x, _ in pairs]), torch.stack([y for _, y in pairs]))
+    model = nn.Linear(20, 1).to(device)
+    timed_training(args, model, dataset, make_optimizer(args, model.parameters()))
     save_final(model, args.out)
     dist.destroy_process_group()
 
@@ -292,14 +343,17 @@ def main():
     script.add_argument("kind", choices=list(MODELS))
     script.add_argument("path")
     script.add_argument("state")
-    for name in ("train", "continue"):
+    for name in ("train", "continue", "train-seed"):
         command = sub.add_parser(name)
         if name == "train":
             command.add_argument("model")
+        elif name == "train-seed":
+            command.add_argument("--samples", type=int, default=2048)
         else:
             command.add_argument("kind", choices=list(MODELS))
             command.add_argument("snapshot")
-        command.add_argument("data")
+        if name != "train-seed":
+            command.add_argument("data")
         command.add_argument("out")
         command.add_argument("--epochs", type=int, default=3)
         command.add_argument("--batch-size", type=int, default=16)
@@ -315,6 +369,7 @@ def main():
         command.add_argument("--warmup-steps", type=int, default=0)
         command.add_argument("--loss", default="cross-entropy")
         command.add_argument("--accumulate", type=int, default=1)
+        command.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     args = parser.parse_args()
     if args.command == "make-model":
         make_model(args.kind, args.path, args.trace, args.width)
@@ -326,6 +381,8 @@ def main():
         make_bad_data(args.dir)
     elif args.command == "train":
         train(args)
+    elif args.command == "train-seed":
+        train_seed(args)
     elif args.command == "continue":
         continue_run(args)
     else:
