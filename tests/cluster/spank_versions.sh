@@ -86,22 +86,29 @@ check_exact_return_values() {
   assert_eq "$expected" "$rc" "srun's exit status when task_init returns 1 on Slurm $version (0 before 25.05, 1 since)"
 }
 
-# A failing slurm_spank_init in slurmstepd: from 25.05 on it drains the node unless the plugin declares
-# slurm_spank_init_failure_mode; ddp.so declares ESPANK_JOB_FAILURE, so its own failure there (its option table
-# refused: another plugin took the name) fails the step and leaves the node in service on every version.
+# A failing slurm_spank_init in slurmstepd fails the step. In a batch job it fails in the batch step too: from 25.05
+# on that drains the node (and requeues the job) unless the plugin declares slurm_spank_init_failure_mode; ddp.so
+# declares ESPANK_JOB_FAILURE, so its own failure there (its option table refused: another plugin took the name)
+# fails the job and leaves the node in service. Before 25.05 Slurm did not carry the error that far (SchedMD ticket
+# 20604): the batch step's init failure neither drained the node nor reached the job.
+node1_drained() { [ -n "$(run_on_cluster sinfo -h -N -n node1 -t drain,drained,draining -o %N)" ] && echo yes || echo no; }
+
 check_init_failure_mode() {
-  local drained=no expected=yes
+  local job expected=yes
+  [ "$series" -ge 2505 ] || expected=no
   on_exit resume_nodes
   set_plugstack "required $probe fail_init"
   assert_fails "a step whose plugin fails slurm_spank_init" run_on_cluster srun -N1 -w node1 true
-  [ -z "$(run_on_cluster sinfo -h -N -n node1 -t drain,drained,draining -o %N)" ] || drained=yes
-  [ "$series" -ge 2505 ] || expected=$drained_before_2505
-  assert_eq "$expected" "$drained" "node1 drained after a plugin without a failure mode failed init on Slurm $version"
+  assert_eq no "$(node1_drained)" "node1 drained after an srun step's init failure on Slurm $version"
+  job=$(submit --no-requeue -N1 -w node1 -o /dev/null --wrap 'srun -N1 true')
+  wait_job "$job" >/dev/null
+  assert_eq "$expected" "$(node1_drained)" \
+    "node1 drained after a batch job's init failure, without a failure mode, on Slurm $version (from 25.05 on)"
   resume_nodes
   set_plugstack "required $probe claim_ddp" "required $DDP_CLUSTER_PLUGIN"
-  assert_fails "a --ddp step whose ddp.so cannot register its options" run_on_cluster srun --ddp -N1 -w node1 true
-  assert_eq "" "$(run_on_cluster sinfo -h -N -n node1 -t drain,drained,draining,down -o %N)" \
-    "node1 in service after ddp.so's init failed on Slurm $version (ESPANK_JOB_FAILURE from 25.05 on)"
+  job=$(submit --no-requeue -N1 -w node1 -o /dev/null --wrap 'srun -N1 true')
+  wait_job "$job" >/dev/null
+  assert_eq no "$(node1_drained)" "node1 drained after ddp.so's init failed in a batch job on Slurm $version"
   resume_nodes
   set_plugstack "required $probe"
 }

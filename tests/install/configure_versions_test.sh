@@ -47,14 +47,15 @@ refused "LibTorch 3.0" "LibTorch 3.0.0 found at $WORK/torch3; slurm-ddp supports
   -DTorch_DIR="$WORK/torch3" -DDDP_BUILD_PLUGIN=OFF
 
 # The MPI check reads the mpi.h that FindMPI's include directories hold; the cache entry stands in for it. It comes
-# after LibTorch's, so these two configure against this machine's LibTorch and MPI (run.sh installs both).
+# after LibTorch's, so these configure against this machine's LibTorch and MPI (run.sh installs both), as C++20,
+# which every LibTorch takes and 2.12 and later require.
 echo '#define OMPI_MAJOR_VERSION 3' >"$WORK/mpi3.h"
 echo '#define OMPI_MAJOR_VERSION 7' >"$WORK/mpi7.h"
 echo '#define MPICH_VERSION "4.1"' >"$WORK/mpich.h"
 refused "OpenMPI 3" "OpenMPI 3 found ($WORK/mpi3.h); slurm-ddp's MPI group supports OpenMPI 4 to 6" \
-  -DDDP_MPI_H="$WORK/mpi3.h" -DDDP_BUILD_PLUGIN=OFF
+  -DDDP_MPI_H="$WORK/mpi3.h" -DDDP_BUILD_PLUGIN=OFF -DCMAKE_CXX_STANDARD=20
 refused "OpenMPI 7" "OpenMPI 7 found ($WORK/mpi7.h); slurm-ddp's MPI group supports OpenMPI 4 to 6" \
-  -DDDP_MPI_H="$WORK/mpi7.h" -DDDP_BUILD_PLUGIN=OFF
+  -DDDP_MPI_H="$WORK/mpi7.h" -DDDP_BUILD_PLUGIN=OFF -DCMAKE_CXX_STANDARD=20
 refused "MPICH" "the MPI found ($WORK/mpich.h) is not OpenMPI; slurm-ddp's MPI group supports OpenMPI 4 to 6" \
-  -DDDP_MPI_H="$WORK/mpich.h" -DDDP_BUILD_PLUGIN=OFF
+  -DDDP_MPI_H="$WORK/mpich.h" -DDDP_BUILD_PLUGIN=OFF -DCMAKE_CXX_STANDARD=20
 echo "PASS: unsupported Slurm, LibTorch and MPI versions are refused at configure time, each in one line"

@@ -306,7 +306,7 @@ TEST(DdpTrain, RefusesBadInputWithOneLineAndExitStatus2) {
     const Result result = testing::run(train_command(dir, args), env);
     EXPECT_EQ(result.status, 2) << result.output;
     EXPECT_TRUE(contains(result.output, part)) << result.output;
-    EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << result.output;
+    EXPECT_EQ(testing::own_lines(result.output), 1u) << result.output;
   };
   expect_refused({"--batch-size", "abc", "5", "1"}, {}, "ddp-train: --batch-size 'abc' is not a whole number");
   expect_refused({"5"}, {}, "usage: ddp-train [options] total_epochs save_every");

@@ -191,7 +191,7 @@ class DdpTrainModel : public ::testing::Test {
     for (const Result& r : testing::run_ranks(2, ddp_train_model(run, model, data, with(args, {"2", "1"})), run)) {
       EXPECT_EQ(r.status, 2) << r.output;
       EXPECT_TRUE(contains(r.output, part)) << r.output;
-      EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+      EXPECT_EQ(testing::own_lines(r.output), 1u) << r.output;
       EXPECT_FALSE(contains(r.output, "Epoch")) << r.output;
     }
   }

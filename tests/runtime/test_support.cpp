@@ -118,6 +118,17 @@ std::vector<pid_t> children_of(pid_t parent) {
   return children;
 }
 
+size_t own_lines(const std::string& output) {
+  size_t count = 0;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    const bool gloo_log = line.rfind("[", 0) == 0 && line.find("gloo/") != std::string::npos &&
+                          line.find("] INFO ") != std::string::npos;
+    if (!gloo_log) ++count;
+  }
+  return count;
+}
+
 Result run(const std::vector<std::string>& argv, const Env& env) {
   const std::string path = make_temp_dir() + "/output.log";
   const Process process = spawn(argv, env, path);

@@ -33,6 +33,10 @@ struct Result {
 };
 Result run(const std::vector<std::string>& argv, const Env& env = {});
 
+// How many lines of `output` the program wrote: Gloo's own log lines ("[.../gloo/...] INFO ...", which Gloo of 2025
+// prints to stderr on every connect, with no switch to silence it) are not counted.
+size_t own_lines(const std::string& output);
+
 // Starts `ranks` copies of argv with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and MASTER_* of a free
 // port on 127.0.0.1; output of rank r goes to <dir>/rank<r>.log.
 std::vector<Process> spawn_ranks(int ranks, const std::vector<std::string>& argv, const std::string& dir, Env env = {});
