@@ -62,12 +62,13 @@ build() {
   dir=$(build_dir "$stack")
   [ "$stack" != debian14 ] || standard=20
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_FUZZ="$(on_the_host)" \
+    -DDDP_TEST_SCALE="$(on_the_host)" -DDDP_TEST_GPU_CHECK="$([ "$stack" = debian14 ] && echo ON || echo OFF)" \
     -DCMAKE_CXX_STANDARD=$standard >/dev/null
   cmake --build "$dir" -j "$(nproc)"
 }
 
 # What does not depend on the stack runs once, on this machine's: the fuzz targets (the core's parsers, which use
-# no library of the stack) and the sanitizer leg. ON here, OFF in a root.
+# no library of the stack), the sanitizer leg and the 32-node scale test. ON here, OFF in a root.
 on_the_host() { if [ -z "${DDP_IN_ROOT:-}" ]; then echo ON; else echo OFF; fi; }
 
 run_tests() {
