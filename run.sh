@@ -90,25 +90,53 @@ sanitizer_leg() {
 # ---- NCCL leg (debian13 only): ddp-train's NCCL path (DDP_WITH_NCCL) compiled and linked against Debian 13's CUDA
 # LibTorch, and the runtime's tests run on that build, on this machine without a GPU (the GPU-only ones skip).
 # tests/stacks/cuda_libtorch.sh unpacks the CUDA LibTorch, CUDA's headers and nccl.h into a cache of its own, with a
-# stub cuDNN; tests/stacks/cuda_libtorch.cmake stands in for the CUDA toolkit its CMake package asks for. Only
+# stub cuDNN; tests/stacks/cuda_libtorch.cmake stands in for the CUDA toolkit its CMake package asks for, and gives
+# the programs an RPATH to those libraries (the environment stays clean for Debian's python3-torch). Only
 # ddp-train and runtime_tests are built, in build-debian13-nccl/, without the installed-package test (minutes).
 nccl_build_dir() { echo "$ROOT/build-debian13-nccl"; }
 
 nccl_build() {
   local dir log
   dir=$(nccl_build_dir)
-  eval "$("$ROOT/tests/stacks/cuda_libtorch.sh" env)"  # Torch_DIR, NCCL_HOME, LD_LIBRARY_PATH
+  eval "$("$ROOT/tests/stacks/cuda_libtorch.sh" env)"  # Torch_DIR, CMAKE_PREFIX_PATH
+  # In the cache too, so that a later regeneration without this environment finds the same LibTorch.
   # shellcheck disable=SC2154  # Torch_DIR comes from the eval
   log=$(cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_STANDARD=20 -DDDP_FUZZ=OFF \
-    -DDDP_BUILD_PLUGIN=OFF -DTorch_DIR="$Torch_DIR" -DCMAKE_PROJECT_INCLUDE="$ROOT/tests/stacks/cuda_libtorch.cmake") ||
+    -DDDP_BUILD_PLUGIN=OFF -DTorch_DIR="$Torch_DIR" -DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH" \
+    -DCMAKE_PROJECT_INCLUDE="$ROOT/tests/stacks/cuda_libtorch.cmake" 2>&1) ||
     { echo "$log"; return 1; }
   grep -q 'NCCL backend enabled' <<<"$log" ||
     { echo "$log"; echo "run.sh: the CUDA LibTorch build did not enable the NCCL backend (see above)" >&2; return 1; }
   cmake --build "$dir" -j "$(nproc)" --target ddp-train runtime_tests
 }
 
-nccl_tests() {
+# Bad input at configure time, against the same CUDA LibTorch: without nccl.h (hidden with CMAKE_IGNORE_PATH) the
+# configure warns and goes on, naming NCCL_HOME and NCCL_INCLUDE_DIR; a NCCL_INCLUDE_DIR without nccl.h fails.
+nccl_configure_checks() {
+  local dir status=0
+  dir=$(mktemp -d)
   eval "$("$ROOT/tests/stacks/cuda_libtorch.sh" env)"
+  local args=(-S "$ROOT" -G Ninja -DDDP_FUZZ=OFF -DDDP_BUILD_PLUGIN=OFF -DBUILD_TESTING=OFF -DTorch_DIR="$Torch_DIR"
+    -DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH" -DCMAKE_PROJECT_INCLUDE="$ROOT/tests/stacks/cuda_libtorch.cmake")
+  expect_configure 0 'has CUDA but nccl.h was not found: the NCCL backend is not built; point at NCCL with NCCL_HOME' \
+    "${args[@]}" -B "$dir/no-nccl" -DCMAKE_IGNORE_PATH="$CMAKE_PREFIX_PATH/include" || status=1
+  expect_configure 1 'NCCL_INCLUDE_DIR=/nonexistent has no nccl.h; point at NCCL with NCCL_HOME' \
+    "${args[@]}" -B "$dir/bad-dir" -DNCCL_INCLUDE_DIR=/nonexistent || status=1
+  rm -rf "$dir"
+  return "$status"
+}
+
+expect_configure() {  # STATUS TEXT CMAKE-ARGS...
+  local want=$1 text=$2 out got=0
+  shift 2
+  out=$(cmake "$@" 2>&1) || got=1
+  [ "$got" = "$want" ] && grep -qF "$text" <<<"$(tr -s ' \n' ' ' <<<"$out")" && return 0
+  echo "$out"
+  echo "run.sh: cmake $* exited with status $got, not $want, or did not say: $text" >&2
+  return 1
+}
+
+nccl_tests() {
   ctest --test-dir "$(nccl_build_dir)" --output-on-failure -j 1 -R '^runtime\.' -E '^runtime\.installed_example$' "$@"
 }
 
@@ -185,6 +213,6 @@ case "${1:-demo}" in
   demo) install_packages; build; exec "$ROOT/tests/cluster/demo.sh" "$(build_dir "$(host_stack)")" ;;
   nccl) shift; nccl_leg "$@" ;;
   __install) install_packages ;;  # inside a root, with the host's network (test_stack)
-  __nccl) shift; nccl_build && nccl_tests "$@" ;;  # inside the trixie root, or on Debian 13 (nccl_leg)
+  __nccl) shift; nccl_build && nccl_configure_checks && nccl_tests "$@" ;;  # inside the trixie root, or on Debian 13 (nccl_leg)
   *) echo "usage: $0 [demo|test [--stack ${STACKS[*]// /|}] [CTEST ARGS]|setup|nccl [CTEST ARGS]]" >&2; exit 2 ;;
 esac

@@ -17,4 +17,12 @@ add_library(torch::cudart INTERFACE IMPORTED GLOBAL)
 set_target_properties(torch::cudart PROPERTIES INTERFACE_LINK_LIBRARIES "${_cuda_libdir}/libcudart.so.12")
 add_library(torch::nvtoolsext INTERFACE IMPORTED GLOBAL)
 set_target_properties(torch::nvtoolsext PROPERTIES INTERFACE_LINK_LIBRARIES "${_cuda_libdir}/libnvToolsExt.so.1")
+
+# The programs find the prefix's libraries themselves, through an RPATH: unlike RUNPATH it serves the libraries'
+# own dependencies too (libtorch_cuda.so's libcudnn.so.9, the stub of tests/stacks/cuda_libtorch.sh, and
+# libtorch_cpu.so's libgloo_cuda.so.0 in usr/lib), and LD_LIBRARY_PATH stays unset: Debian's python3-torch, which
+# the tests run, must load the system's CPU LibTorch (the same sonames) and not these. Cache layout: cuda_libtorch.sh.
+get_filename_component(_cuda_cache "${_cuda_libdir}/../../../.." ABSOLUTE)
+set(CMAKE_BUILD_RPATH "${_cuda_libdir};${_cuda_cache}/prefix/usr/lib;${_cuda_cache}/cudnn-stub")
+add_link_options(-Wl,--disable-new-dtags)
 message(STATUS "cuda_libtorch.cmake: CUDA runtime from ${_cuda_libdir}, without the CUDA toolkit")
