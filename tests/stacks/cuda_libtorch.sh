@@ -14,10 +14,12 @@
 # replaced by a stub libcudnn.so.9 that defines the symbols libtorch_cuda.so takes from it: enough to link and
 # load, never called without a GPU (torch::cuda::is_available() is false first).
 #
-# The cache: $DDP_CUDA_CACHE (default /var/cache/slurm-ddp/cuda-trixie in the root), complete once .ready exists.
+# The cache: $DDP_CUDA_CACHE (default /var/cache/slurm-ddp/cuda-trixie in the root), complete once .ready holds
+# CACHE_VERSION; a cache that an older version of this script made is made again.
 set -Eeuo pipefail
 
 readonly CACHE=${DDP_CUDA_CACHE:-/var/cache/slurm-ddp/cuda-trixie}
+readonly CACHE_VERSION=1  # raise it when what fetch makes changes
 readonly PREFIX=$CACHE/prefix
 readonly LIBDIR=$PREFIX/usr/lib/x86_64-linux-gnu
 readonly STUB_DIR=$CACHE/cudnn-stub
@@ -46,6 +48,8 @@ write_sources() {
     >"$CACHE/apt/sources.list"
   [ -s "$CACHE/apt/sources.list" ] || die "no 'deb' line in the root's /etc/apt/sources.list; recreate the root (root.sh remove trixie)"
 }
+
+ready() { [ "$(cat "$CACHE/.ready" 2>/dev/null)" = "$CACHE_VERSION" ]; }
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 skipped() { local s; for s in "${SKIPPED[@]}"; do [ "$s" != "$1" ] || return 0; done; return 1; }
@@ -109,7 +113,7 @@ cmd_fetch() {
   mkdir -p "$CACHE"
   exec 9>"$CACHE/.lock"
   flock -w 1800 9 || die "another cuda_libtorch.sh holds $CACHE/.lock for over 30 minutes"
-  [ ! -e "$CACHE/.ready" ] || return 0
+  ! ready || return 0
   command -v nm >/dev/null || die "needs nm and cc: run ./run.sh __install in the root first"
   command -v cc >/dev/null || die "needs nm and cc: run ./run.sh __install in the root first"
   rm -rf "$PREFIX" "$STUB_DIR" "$CACHE/debs" "$CACHE/headers"
@@ -131,7 +135,7 @@ cmd_fetch() {
   # The .debs are kept out of the cache once unpacked, and so are NCCL's static libraries (100 MB, never linked).
   rm -rf "$CACHE/debs" "$CACHE/headers" "$CACHE/apt/cache/archives" "$LIBDIR"/libnccl_static.a
   make_cudnn_stub
-  touch "$CACHE/.ready"
+  echo "$CACHE_VERSION" >"$CACHE/.ready"
   say "CUDA LibTorch ready in $PREFIX in $((SECONDS - t0)) s"
 }
 
@@ -139,14 +143,13 @@ cmd_fetch() {
 # find_package/find_library PATHS, which come after the system's: there the CPU LibTorch of libtorch-dev would win.
 # CMAKE_PREFIX_PATH comes first, for those and for nccl.h.
 cmd_env() {
-  [ -e "$CACHE/.ready" ] || die "no CUDA LibTorch in $CACHE: run tests/stacks/cuda_libtorch.sh fetch (in the trixie root)"
+  ready || die "no CUDA LibTorch of this version in $CACHE: run tests/stacks/cuda_libtorch.sh fetch (in the trixie root)"
   echo "export Torch_DIR=$LIBDIR/cmake/Torch"
   echo "export CMAKE_PREFIX_PATH=$PREFIX/usr"
 }
 
 case ${1:-} in
   fetch) cmd_fetch ;;
-  __stub) make_cudnn_stub ;;  # the stub again, in a cache made by an earlier version of this script
   env) cmd_env ;;
   *) die "usage: cuda_libtorch.sh fetch|env (see the header of $0)" ;;
 esac
