@@ -82,8 +82,7 @@ TEST(BackendChoice, NcclWithoutNcclOrAGpuIsRefusedBeforeTheRendezvousNamingTheFi
   launch.master_addr = "127.0.0.1";
   launch.master_port = 1;  // nothing listens there
   const auto start = std::chrono::steady_clock::now();
-  const std::string message =
-      refusal([&] { init_distributed(launch, Backend::Nccl, std::chrono::seconds(30)); });
+  const std::string message = refusal([&] { init_distributed(launch, Backend::Nccl, std::chrono::seconds(30)); });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_TRUE(contains(message, compat::nccl_built() ? "no CUDA device is visible" : "NCCL backend is not built"))
       << message;
