@@ -118,8 +118,9 @@ bool nccl_built() {
 void require_nccl() {
   if (!nccl_built()) {
     throw Error(
-        "the NCCL backend is not built: this LibTorch has no CUDA; use DDP_BACKEND=gloo, or rebuild against a "
-        "CUDA LibTorch (cmake -DTorch_DIR=<libtorch>/share/cmake/Torch)");
+        "the NCCL backend is not built: this LibTorch has no CUDA, or nccl.h was not found when it was configured; "
+        "use DDP_BACKEND=gloo, or rebuild against a CUDA LibTorch (cmake -DTorch_DIR=<libtorch>/share/cmake/Torch, "
+        "NCCL_HOME=<nccl>)");
   }
 }
 

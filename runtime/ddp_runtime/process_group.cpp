@@ -167,18 +167,21 @@ compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds time
   return store;
 }
 
+// 0 without CUDA, so that a LibTorch built with CUDA on a machine without a GPU counts as having none.
+int cuda_devices() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
+
 std::string choose_backend(Backend hint) {
   switch (hint) {
     case Backend::Gloo: return "gloo";
     case Backend::Nccl:
       compat::require_nccl();
-      if (!torch::cuda::is_available())
-        throw Error("backend nccl needs a GPU, and no CUDA device is visible; use DDP_BACKEND=gloo");
+      // Before any rendezvous: without a GPU every rank refuses at once, with the same line.
+      device_for("nccl", 0, cuda_devices());
       return "nccl";
     case Backend::Mpi: return "mpi";
     case Backend::Auto: break;
   }
-  return compat::nccl_built() && torch::cuda::is_available() ? "nccl" : "gloo";
+  return compat::nccl_built() && cuda_devices() > 0 ? "nccl" : "gloo";
 }
 
 // Gloo and NCCL meet through a TCPStore; MPI has its launcher's rendezvous (mpirun, PMIx under srun).
@@ -208,13 +211,15 @@ compat::ProcessGroupPtr make_group(Launch& launch, const std::string& backend, s
   }
 }
 
-c10::Device device_for(const std::string& backend, int local_rank) {
-  if (backend != "nccl") return c10::Device(c10::kCPU);
-  const auto count = static_cast<int>(torch::cuda::device_count());
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
-}
-
 }  // namespace
+
+c10::Device device_for(const std::string& backend, int local_rank, int visible_gpus) {
+  if (backend != "nccl") return c10::Device(c10::kCPU);
+  if (visible_gpus <= 0) {
+    throw Error("backend nccl needs a GPU, and no CUDA device is visible; use --backend gloo (DDP_BACKEND=gloo)");
+  }
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank % visible_gpus));
+}
 
 Distributed init_distributed(Launch launch, Backend hint, std::chrono::milliseconds timeout) {
   const std::string backend = choose_backend(hint);
@@ -224,7 +229,7 @@ Distributed init_distributed(Launch launch, Backend hint, std::chrono::milliseco
   dist.world_size = launch.world_size;
   dist.local_rank = launch.local_rank;
   dist.backend = backend;
-  dist.device = device_for(backend, launch.local_rank);
+  dist.device = device_for(backend, launch.local_rank, backend == "nccl" ? cuda_devices() : 0);
   return dist;
 }
 

@@ -28,6 +28,11 @@ struct Distributed {
 // timeout. MPI: the launcher's rendezvous; MPI's rank and size must equal the Launch's.
 Distributed init_distributed(Launch launch, Backend hint, std::chrono::milliseconds timeout);
 
+// The device a rank trains on: for NCCL the GPU of its LOCAL_RANK among the `visible_gpus` it sees, modulo their
+// number (srun --gpus-per-task shows each task its one GPU, as 0); the CPU for Gloo and MPI. NCCL with no visible
+// GPU throws ddp::Error naming the fix.
+c10::Device device_for(const std::string& backend, int local_rank, int visible_gpus);
+
 // The text of rank `root` on every rank.
 std::string broadcast_string(const Distributed& dist, const std::string& text, int root = 0);
 

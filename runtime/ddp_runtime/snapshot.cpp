@@ -110,9 +110,12 @@ GenericDict param_group(const OptimizerState& o) {
   return group;
 }
 
+// Always CPU tensors: a GPU tensor would be pickled with its device ("cuda:0"), which torch.load on a machine
+// without a GPU refuses. cpu() copies only a GPU tensor (the synchronous save and the final model; save_async's
+// staged copies are already on the CPU).
 GenericDict tensor_dict(const NamedTensors& entries) {
   GenericDict dict = string_dict();
-  for (const auto& [name, tensor] : entries) dict.insert(name, tensor.detach());
+  for (const auto& [name, tensor] : entries) dict.insert(name, tensor.detach().cpu());
   return dict;
 }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/Functions.h>
+#include <torch/cuda.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "ddp_runtime/c10d_compat.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
@@ -319,7 +321,13 @@ TEST(DdpTrain, RefusesBadInputWithOneLineAndExitStatus2) {
 #else
   expect_refused({"5", "1"}, {{"DDP_BACKEND", "mpi"}}, "the MPI process group is not built");
 #endif
-  expect_refused({"--backend", "nccl", "5", "1"}, {}, "NCCL backend is not built");
+  // A CUDA LibTorch on a machine without a GPU (CI's NCCL build) refuses too, before any rendezvous.
+  if (!compat::nccl_built()) {
+    expect_refused({"--backend", "nccl", "5", "1"}, {}, "NCCL backend is not built");
+  } else if (!torch::cuda::is_available()) {
+    expect_refused({"--backend", "nccl", "5", "1"}, {},
+                   "backend nccl needs a GPU, and no CUDA device is visible; use --backend gloo (DDP_BACKEND=gloo)");
+  }
   expect_refused({"5", "1"}, {{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK '2' is not below WORLD_SIZE 2");
   expect_refused({"--workload", "fashion-mnist", "--data", dir, "5", "1"}, {}, "has no train-images-idx3-ubyte");
 }
