@@ -20,8 +20,9 @@
  *  25.11  slurm_spank_task_init_privileged may run in parallel with slurm_spank_task_post_fork: ddp.so defines
  *         neither, so no state of its own is shared between the two. 25.11.0 to 25.11.4 assert, in developer
  *         builds, on options registered without an argument; --ddp takes an optional one (has_arg 2).
- *  26.05  After a task exits badly under --kill-on-bad-exit, the other tasks get SIGCONT and SIGTERM, then SIGKILL
- *         after KillWait (before: SIGKILL alone): a task that handles SIGTERM has KillWait to save its state.
+ *  26.05  SchedMD's notes: after a task exits badly, the other tasks get SIGCONT and SIGTERM, then SIGKILL after
+ *         KillWait (was SIGKILL alone). Under srun -K, 22.05 and 24.11 already send that sequence (checked): a task
+ *         that handles SIGTERM has KillWait to save its state on every version.
  *         --gres=gpu:N and --gpus-per-node exclude each other (the templates say which to override); the API
  *         takes slurm_step_id_t, which matters only to code linking libslurm (ddp.so does not).
  * tests/cluster/spank_versions.sh checks the behaviour of the Slurm under test against this list. */

@@ -86,45 +86,52 @@ check_exact_return_values() {
   assert_eq "$expected" "$rc" "srun's exit status when task_init returns 1 on Slurm $version (0 before 25.05, 1 since)"
 }
 
-# A failing slurm_spank_init in slurmstepd fails the step. In a batch job it fails in the batch step too: from 25.05
-# on that drains the node (and requeues the job) unless the plugin declares slurm_spank_init_failure_mode; ddp.so
-# declares ESPANK_JOB_FAILURE, so its own failure there (its option table refused: another plugin took the name)
-# fails the job and leaves the node in service. Before 25.05 Slurm did not carry the error that far (SchedMD ticket
-# 20604): the batch step's init failure neither drained the node nor reached the job.
+# A failing slurm_spank_init in slurmstepd fails the step (srun says "launch failed" and, as for user_init, exits 0
+# before 23.11). In a batch job it fails in the batch step too, and that drains the node on every version (and
+# requeues the job) unless, from 25.05 on, the plugin declares slurm_spank_init_failure_mode: ddp.so declares
+# ESPANK_JOB_FAILURE, so there its own failure (its option table refused: another plugin took the name) fails the
+# job and leaves the node in service. Before 25.05 Slurm has no such choice (22.05 does not refuse the second
+# plugin's option of the same name there: nothing fails), so only what happened is printed.
 node1_drained() { [ -n "$(run_on_cluster sinfo -h -N -n node1 -t drain,drained,draining -o %N)" ] && echo yes || echo no; }
 
 check_init_failure_mode() {
-  local job expected=yes
-  [ "$series" -ge 2505 ] || expected=no
+  local job
   on_exit resume_nodes
   set_plugstack "required $probe fail_init"
-  assert_fails "a step whose plugin fails slurm_spank_init" run_on_cluster srun -N1 -w node1 true
+  local rc=0 expected_rc=1
+  [ "$series" -ge 2311 ] || expected_rc=0
+  run_on_cluster srun -N1 -w node1 true >/dev/null 2>&1 || rc=$?
+  assert_eq "$expected_rc" "$rc" \
+    "srun's exit status when slurm_spank_init fails on Slurm $version (0 before 23.11: \"launch failed\", 1 since)"
   assert_eq no "$(node1_drained)" "node1 drained after an srun step's init failure on Slurm $version"
   job=$(submit --no-requeue -N1 -w node1 -o /dev/null --wrap 'srun -N1 true')
   wait_job "$job" >/dev/null
-  assert_eq "$expected" "$(node1_drained)" \
-    "node1 drained after a batch job's init failure, without a failure mode, on Slurm $version (from 25.05 on)"
+  assert_eq yes "$(node1_drained)" "node1 drained after a batch job's init failure, without a failure mode, on Slurm $version"
   resume_nodes
   set_plugstack "required $probe claim_ddp" "required $DDP_CLUSTER_PLUGIN"
   job=$(submit --no-requeue -N1 -w node1 -o /dev/null --wrap 'srun -N1 true')
   wait_job "$job" >/dev/null
-  assert_eq no "$(node1_drained)" "node1 drained after ddp.so's init failed in a batch job on Slurm $version"
+  if [ "$series" -ge 2505 ]; then
+    assert_eq no "$(node1_drained)" "node1 drained after ddp.so's init failed in a batch job on Slurm $version"
+  else
+    echo "Slurm $version: ddp.so's init beside a plugin that took --ddp in slurmstepd: node1 drained: $(node1_drained)"
+  fi
   resume_nodes
   set_plugstack "required $probe"
 }
 
-# After a task exits badly under --kill-on-bad-exit, the others get SIGKILL up to 25.11; from 26.05 on SIGCONT and
-# SIGTERM first, and SIGKILL after KillWait: a survivor has that long to write a snapshot.
+# After a task exits badly under --kill-on-bad-exit the other tasks get SIGCONT and SIGTERM, then SIGKILL after
+# KillWait: a survivor has that long to save its state. SchedMD's notes for 26.05 say it sends that sequence where
+# it sent SIGKILL alone; with srun -K, 22.05 and 24.11 send it as well (seen here), so it is checked on every version.
 check_survivors_of_a_bad_exit() {
-  local expected=killed got=killed rc=0
-  [ "$series" -lt 2605 ] || expected=terminated
+  local got=killed rc=0
   # shellcheck disable=SC2016  # expanded by the tasks
   run_on_cluster srun -K1 -N2 -n2 bash -c 'if [ "$SLURM_PROCID" = 0 ]; then sleep 2; exit 3; fi
     trap "echo TERM >$0/survivor-term; trap \"\" TERM" TERM; for _ in $(seq 300); do sleep 0.1; done; echo done >$0/survivor-done' \
     "$TEST_DIR" >/dev/null 2>&1 || rc=$?
   [ "$rc" -ne 0 ] || fail "a step whose task 0 exited 3 ended with status 0"
   [ ! -e "$TEST_DIR/survivor-term" ] || got=terminated
-  assert_eq "$expected" "$got" "what the surviving task got after task 0 exited 3 on Slurm $version"
+  assert_eq terminated "$got" "what the surviving task got after task 0 exited 3 under srun -K on Slurm $version"
   [ ! -e "$TEST_DIR/survivor-done" ] || fail "the survivor ran to its end: no SIGKILL followed on Slurm $version"
 }
 

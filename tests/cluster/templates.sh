@@ -39,4 +39,16 @@ assert_eq 4 "$(job_output "$TEST_DIR/p4d-efa" "${jobs[p4d-efa]}" | grep -c '^\[C
 expect_completed "$TEST_DIR/python-ddp" "${jobs[python-ddp]}"
 out=$(job_output "$TEST_DIR/python-ddp" "${jobs[python-ddp]}")
 assert_match "$out" "Trained .*: [0-9]+ samples/s" "python-ddp: the script trained over 2 nodes"
-pass "single-gpu, multi-gpu, multi-node, p4d-efa and python-ddp templates completed"
+# Every template's GPU request takes --gpus-per-node=N from the command line on every version; from Slurm 26.05 on,
+# --gres=gpu:N beside the template's --gpus-per-node is refused by sbatch itself, as the templates' comment says.
+series=$(run_on_cluster sbatch --version | grep -oE '[0-9]+\.[0-9]+' | head -n 1 | awk -F. '{printf "%d%02d", $1, $2}')
+for template in single-gpu.sbatch multi-gpu.sbatch multi-node.sbatch python-ddp.sbatch parallelcluster/p4d-efa.sbatch; do
+  grep -q '^# GPUs: override with --gpus-per-node=N' "$TEMPLATES/$template" || fail "$template does not say how to override GPUs"
+  out=$(run_on_cluster sbatch --test-only --partition=ddp -N1 --ntasks-per-node=1 --cpus-per-task=1 --gpus-per-node=0 \
+    "$TEMPLATES/$template" 2>&1) || fail "$template with --gpus-per-node=0 was refused: $out"
+  if [ "$series" -ge 2605 ]; then
+    assert_fails "$template with --gres=gpu:0 on Slurm 26.05" run_on_cluster sbatch --test-only --gres=gpu:0 "$TEMPLATES/$template"
+    assert_contains "$FAILED_OUTPUT" "--gpus-per-node and --gres=gpu are mutually exclusive" "$template: sbatch's refusal"
+  fi
+done
+pass "single-gpu, multi-gpu, multi-node, p4d-efa and python-ddp templates completed; --gpus-per-node overrides each"
