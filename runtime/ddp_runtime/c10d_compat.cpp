@@ -145,8 +145,8 @@ namespace {
 // rebuilt (empty: the Reducer's own rule from bucket_bytes_cap and first_bucket_bytes_cap, which is what the
 // limits passed to the older constructor say too: one bucket until the rebuild).
 using LimitsFirst = std::is_constructible<c10d::Reducer, std::vector<at::Tensor>, std::vector<std::vector<size_t>>,
-                                          std::vector<size_t>, ProcessGroupPtr, std::vector<bool>, int64_t, bool,
-                                          bool, std::unordered_map<size_t, std::string>, int64_t>;
+                                          std::vector<size_t>, ProcessGroupPtr, std::vector<bool>, int64_t, bool, bool,
+                                          std::unordered_map<size_t, std::string>, int64_t>;
 
 template <class Reducer = c10d::Reducer>
 std::shared_ptr<Reducer> construct_reducer(const std::vector<at::Tensor>& params, ReducerConfig config,

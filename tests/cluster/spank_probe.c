@@ -45,8 +45,7 @@ static struct spank_option options[] = {
     {"probe-count", NULL, "count remote option callbacks (tests only)", 0, 0, on_count},
     SPANK_OPTIONS_TABLE_END};
 
-static struct spank_option claimed_ddp = {"ddp", NULL, "an option of ddp.so's name (tests only)", 0, 0,
-                                           on_claimed_ddp};
+static struct spank_option claimed_ddp = {"ddp", NULL, "an option of ddp.so's name (tests only)", 0, 0, on_claimed_ddp};
 
 static int has_arg(int ac, char **av, const char *arg) {
   for (int i = 0; i < ac; i++)

@@ -122,8 +122,8 @@ size_t own_lines(const std::string& output) {
   size_t count = 0;
   std::istringstream lines(output);
   for (std::string line; std::getline(lines, line);) {
-    const bool gloo_log = line.rfind("[", 0) == 0 && line.find("gloo/") != std::string::npos &&
-                          line.find("] INFO ") != std::string::npos;
+    const bool gloo_log =
+        line.rfind("[", 0) == 0 && line.find("gloo/") != std::string::npos && line.find("] INFO ") != std::string::npos;
     if (!gloo_log) ++count;
   }
   return count;
