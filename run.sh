@@ -75,8 +75,13 @@ build() {
 on_the_host() { if [ -z "${DDP_IN_ROOT:-}" ]; then echo ON; else echo OFF; fi; }
 
 run_tests() {
+  # The --model runs against Python DDP (DdpTrainModel, about a minute each with the stacks at once) compare LibTorch
+  # with the PyTorch of the same release: they run on 1.13 and on 2.14, and Debian 13's 2.6, the longest lane with
+  # the NCCL leg after it, leaves them out of the whole suite.
+  local skip=()
+  [ $# -gt 0 ] || [ "$(host_stack)" != debian13 ] || skip=(-E '^runtime\.DdpTrainModel\.')
   # Cluster tests bring up their own Slurm through a CTest fixture and tear it down, also on failure.
-  ctest --test-dir "$(build_dir "$(host_stack)")" --output-on-failure -j 1 "$@"
+  ctest --test-dir "$(build_dir "$(host_stack)")" --output-on-failure -j 1 "${skip[@]}" "$@"
 }
 
 # ---- Sanitizer leg: the unit tests that need no LibTorch (core, topology, launch, doctor with
