@@ -8,7 +8,7 @@ struct udev;
 struct udev_device;
 
 struct udev* udev_new(void) {
-  return NULL;
+  return NULL;  // hwloc: no udev
 }
 struct udev* udev_unref(struct udev* udev) {
   (void)udev;
