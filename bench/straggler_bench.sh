@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# How reliably ddp-train names a slow rank at a given --straggler-threshold (default 20%, ddp-train's own default).
+# How reliably ddp-train names a slow rank at a given --straggler-threshold (default 20%, ddp-train's own default),
+# by its compute per step and by its arrival at the all-reduce (straggler.hpp).
 # Each of RUNS rounds trains RANKS ranks on 127.0.0.1 three times: with the last rank under a CPU quota (QUOTA_PCT
-# of a CPU over 10 ms periods, a cgroup of its own: a throttled CPU, which slows the rank's computing), with the last
-# rank stopped STOP_MS of every STOP_MS + RUN_MS milliseconds of wall-clock time (SIGSTOP and SIGCONT, as
-# tests/runtime/resilience_test.cpp's Stragglers test does), and without any slowdown. Counts, per epoch, whether
-# the slowed rank was named and whether any other rank was; prints the highest score of a rank that kept pace, the
-# margin that decides how low the threshold can go here.
+# of a CPU over QUOTA_PERIOD_MS periods (10), a cgroup of its own: a throttled CPU), with the last rank stopped
+# STOP_MS of every STOP_MS + RUN_MS milliseconds of wall-clock time (SIGSTOP and SIGCONT, as
+# tests/runtime/resilience_test.cpp's tests do), and without any slowdown. Counts, per epoch, whether the slowed
+# rank was named and whether any other rank was, by each measure; prints the highest score of a rank that kept pace,
+# the margin that decides how low the threshold can go here.
 # As srun --ddp binds each task to cores of its own, each rank is bound to one core (taskset), one rank per core by
 # default: with more ranks than cores (RANKS=4 on 2 cores), a rank that shares its core with a busier one is slower
 # by the host's clock, a real straggler of that machine, named as such. The quota needs root and a cgroup file
-# system with the cpu controller (v2 or v1); without them that kind is left out.
+# system with the cpu controller (v2 or v1); without them that kind is left out. With them, every rank of every run
+# gets a cgroup of its own, so that the ranks compete alike with whatever else runs on the machine.
 #   [RANKS=N] bench/straggler_bench.sh [BUILD_DIR] [RUNS (5)] [THRESHOLD % (20)] [EPOCHS (3)]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,6 +22,7 @@ EPOCHS=${4:-3}
 STOP_MS=${STOP_MS:-60}
 RUN_MS=${RUN_MS:-5}
 QUOTA_PCT=${QUOTA_PCT:-25}
+QUOTA_PERIOD_MS=${QUOTA_PERIOD_MS:-10}
 CORES=$(nproc)
 RANKS=${RANKS:-$CORES}
 SLOW=$((RANKS - 1))
@@ -27,20 +30,38 @@ TRAIN=$BUILD/runtime/ddp-train
 [ -x "$TRAIN" ] || { echo "straggler_bench: $TRAIN is not built" >&2; exit 2; }
 WORK=$(mktemp -d)
 pids=()
-# A cgroup of this run's own for the quota: cgroup v2's cpu.max, or v1's cfs_quota_us.
-QUOTA_GROUP=""
+# Each rank in a cgroup of its own (cgroup v2's cpu.max, or v1's cfs_quota_us), so that the ranks compete for the
+# cores alike whatever else runs here; the slowed rank's group gets the quota in the quota runs.
+CGROUP_ROOT=""
 if [ -w /sys/fs/cgroup/cgroup.subtree_control ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
-  QUOTA_GROUP=/sys/fs/cgroup/ddp-straggler-bench-$$
-  mkdir "$QUOTA_GROUP" && echo "$((QUOTA_PCT * 100)) 10000" >"$QUOTA_GROUP/cpu.max"
+  CGROUP_ROOT=/sys/fs/cgroup
 elif [ -w /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
-  QUOTA_GROUP=/sys/fs/cgroup/cpu/ddp-straggler-bench-$$
-  mkdir "$QUOTA_GROUP" && echo 10000 >"$QUOTA_GROUP/cpu.cfs_period_us"
-  echo "$((QUOTA_PCT * 100))" >"$QUOTA_GROUP/cpu.cfs_quota_us"
+  CGROUP_ROOT=/sys/fs/cgroup/cpu
 fi
+QUOTA_GROUP=""
+rank_groups=()
+if [ -n "$CGROUP_ROOT" ]; then
+  for ((rank = 0; rank < RANKS; rank++)); do
+    rank_groups+=("$CGROUP_ROOT/ddp-straggler-bench-$$-$rank")
+    mkdir "${rank_groups[$rank]}"
+  done
+  QUOTA_GROUP=${rank_groups[$SLOW]}
+fi
+# set_quota on|off: the slowed rank's quota, QUOTA_PCT of a CPU over QUOTA_PERIOD_MS.
+set_quota() {
+  local quota=max
+  [ "$1" = off ] || quota=$((QUOTA_PCT * QUOTA_PERIOD_MS * 10))
+  if [ -e "$QUOTA_GROUP/cpu.max" ]; then
+    echo "$quota $((QUOTA_PERIOD_MS * 1000))" >"$QUOTA_GROUP/cpu.max"
+  else
+    echo $((QUOTA_PERIOD_MS * 1000)) >"$QUOTA_GROUP/cpu.cfs_period_us"
+    echo "${quota/max/-1}" >"$QUOTA_GROUP/cpu.cfs_quota_us"
+  fi
+}
 cleanup() {
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  [ -z "$QUOTA_GROUP" ] || rmdir "$QUOTA_GROUP"
+  for group in "${rank_groups[@]}"; do rmdir "$group" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -60,7 +81,10 @@ run_ranks() {
       >"$dir/rank$rank.log" 2>&1 &
     pids+=($!)
   done
-  [ "$slowdown" != quota ] || echo "${pids[$SLOW]}" >"$QUOTA_GROUP/cgroup.procs"
+  if [ -n "$QUOTA_GROUP" ]; then
+    if [ "$slowdown" = quota ]; then set_quota on; else set_quota off; fi
+    for rank in "${!pids[@]}"; do echo "${pids[$rank]}" >"${rank_groups[$rank]}/cgroup.procs"; done
+  fi
   if [ "$slowdown" = stop ]; then
     local stop_s run_s
     stop_s=$(awk -v ms="$STOP_MS" 'BEGIN {print ms / 1000}')
@@ -77,7 +101,8 @@ run_ranks() {
   pids=()
 }
 
-# tally LOG: one line per epoch from rank 0's JSON lines: "SLOW_NAMED OTHERS_NAMED HIGHEST_OTHER_SCORE SLOW_SCORE".
+# tally LOG: one line per epoch from rank 0's JSON lines: "SLOW_NAMED OTHERS_NAMED HIGHEST_OTHER_SCORE SLOW_SCORE",
+# then the same four for the arrival at the all-reduce.
 tally() {
   python3 - "$1" "$SLOW" <<'PY'
 import json, sys
@@ -87,10 +112,13 @@ for line in open(sys.argv[1]):
     if start < 0:
         continue
     epoch = json.loads(line[start:])
-    named = set(epoch["stragglers"])
-    scores = {r["rank"]: r["score"] for r in epoch["ranks"]}
-    others = max(score for rank, score in scores.items() if rank != slow)
-    print(int(slow in named), len(named - {slow}), others, scores[slow])
+    fields = []
+    for names, score in (("stragglers", "score"), ("late", "arrival_score")):
+        named = set(epoch[names])
+        scores = {r["rank"]: r[score] for r in epoch["ranks"]}
+        others = max(s for rank, s in scores.items() if rank != slow)
+        fields += [int(slow in named), len(named - {slow}), others, scores[slow]]
+    print(*fields)
 PY
 }
 
@@ -100,34 +128,50 @@ lower() { awk -v a="$1" -v b="$2" 'BEGIN {print (a == "" || b < a) ? b : a}'; }
 declare -A epochs named falsely lowest
 slowdowns=(stop)
 [ -z "$QUOTA_GROUP" ] || slowdowns=(quota stop)
-clean_epochs=0 false_clean=0 highest=""
+clean_epochs=0
+declare -A false_clean highest
+# count KIND MEASURE SLOW_NAMED OTHERS SCORE SLOW_SCORE: one epoch of a run with a slowdown, by one measure.
+count() {
+  local k=$1/$2
+  epochs[$k]=$((${epochs[$k]:-0} + 1)) named[$k]=$((${named[$k]:-0} + $3))
+  falsely[$k]=$((${falsely[$k]:-0} + ($4 > 0)))
+  highest[$2]=$(higher "${highest[$2]:-}" "$5") lowest[$k]=$(lower "${lowest[$k]:-}" "$6")
+}
 for ((i = 0; i < RUNS; i++)); do
   for slowdown in "${slowdowns[@]}"; do
     run_ranks "$WORK/$slowdown$i" "$slowdown"
-    while read -r slow_named others score slow_score; do
-      epochs[$slowdown]=$((${epochs[$slowdown]:-0} + 1)) named[$slowdown]=$((${named[$slowdown]:-0} + slow_named))
-      falsely[$slowdown]=$((${falsely[$slowdown]:-0} + (others > 0)))
-      highest=$(higher "$highest" "$score") lowest[$slowdown]=$(lower "${lowest[$slowdown]:-}" "$slow_score")
+    while read -r c_named c_others c_score c_slow a_named a_others a_score a_slow; do
+      count "$slowdown" compute "$c_named" "$c_others" "$c_score" "$c_slow"
+      count "$slowdown" arrival "$a_named" "$a_others" "$a_score" "$a_slow"
     done < <(tally "$WORK/$slowdown$i/rank0.log")
   done
   run_ranks "$WORK/clean$i" none
-  while read -r slow_named others score slow_score; do
-    clean_epochs=$((clean_epochs + 1)) false_clean=$((false_clean + (others + slow_named > 0)))
-    highest=$(higher "$highest" "$(higher "$score" "$slow_score")")
+  while read -r c_named c_others c_score c_slow a_named a_others a_score a_slow; do
+    clean_epochs=$((clean_epochs + 1))
+    false_clean[compute]=$((${false_clean[compute]:-0} + (c_others + c_named > 0)))
+    false_clean[arrival]=$((${false_clean[arrival]:-0} + (a_others + a_named > 0)))
+    highest[compute]=$(higher "${highest[compute]:-}" "$(higher "$c_score" "$c_slow")")
+    highest[arrival]=$(higher "${highest[arrival]:-}" "$(higher "$a_score" "$a_slow")")
   done < <(tally "$WORK/clean$i/rank0.log")
 done
 report() {  # slowdown, its description
-  echo "straggler_bench: rank $SLOW $2: named in ${named[$1]} of ${epochs[$1]} epochs (lowest score ${lowest[$1]}x);" \
-    "another rank named in ${falsely[$1]} of ${epochs[$1]} epochs"
+  local m
+  for m in compute arrival; do
+    echo "straggler_bench: rank $SLOW $2, by its $m: named in ${named[$1/$m]} of ${epochs[$1/$m]} epochs" \
+      "(lowest score ${lowest[$1/$m]});" "another rank named in ${falsely[$1/$m]} of ${epochs[$1/$m]} epochs"
+  done
 }
 echo "straggler_bench: $RANKS ranks of ddp-train (mlp, width 512) on $CORES cores, each bound to one," \
   "threshold $THRESHOLD%, $RUNS runs x $EPOCHS epochs of each kind"
 if [ -n "$QUOTA_GROUP" ]; then
-  report quota "under a CPU quota of $QUOTA_PCT% (cgroup, 10 ms periods)"
+  report quota "under a CPU quota of $QUOTA_PCT% ($QUOTA_PERIOD_MS ms periods, a cgroup)"
 else
   echo "straggler_bench: no CPU quota: needs root and a cgroup file system with the cpu controller"
 fi
 report stop "stopped ${STOP_MS} ms of every $((STOP_MS + RUN_MS)) ms"
-echo "straggler_bench: no slowdown: a rank named in $false_clean of $clean_epochs epochs"
-echo "straggler_bench: highest score of a rank that kept pace: ${highest}x (a threshold below" \
-  "$(awk -v s="$highest" 'BEGIN {printf "%.0f", (s - 1) * 100}')% would have named it)"
+for m in compute arrival; do
+  echo "straggler_bench: no slowdown, by $m: a rank named in ${false_clean[$m]} of $clean_epochs epochs;" \
+    "highest score of a rank that kept pace: ${highest[$m]}"
+done
+echo "straggler_bench: (compute scores are x the median: a threshold below (score - 1) x 100% would name that rank;" \
+  "arrival scores are a share of the median step: below score x 100%)"

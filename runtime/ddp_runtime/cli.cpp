@@ -291,8 +291,10 @@ options:
                                answer (a stopped or hung peer) and the run ends (1800)
   --bucket-cap-mb X            gradient bucket size, as DDP's bucket_cap_mb (25)
   --straggler-threshold PCT    once per epoch, rank 0 names ranks whose compute per step is slower than the
-                               median by more than PCT percent, with node and device (20)
-  --json                       rank 0 also prints each epoch's per-rank compute scores as a JSON line
+                               median by more than PCT percent, and ranks that reach the all-reduce later than
+                               the others by more than PCT percent of a step, with node and device (20)
+  --json                       rank 0 also prints each epoch's per-rank scores (compute, and arrival at the
+                               all-reduce) as a JSON line
 environment: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT GLOO_SOCKET_IFNAME
   DDP_BACKEND DDP_SNAPSHOT_DIR SLURM_JOB_ID TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT OMP_NUM_THREADS;
   OMPI_COMM_WORLD_* under mpirun

@@ -406,6 +406,7 @@ void Trainer::run_step(const at::Tensor& order, int64_t epoch, int64_t first_bat
     ++epoch_batches_;
     (batches > 1 ? loss / static_cast<double>(batches) : loss).backward();
   }
+  straggler_.synchronised();  // before waiting for a snapshot's copy, which is no part of the collective
   if (store_ != nullptr) store_->before_update();
   straggler_.backward_finished();
   optimizer_.set_lr(scheduled_lr(options_.optimizer, progress_.global_step, epoch, total_steps_));

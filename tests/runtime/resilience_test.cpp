@@ -4,7 +4,13 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <functional>
 #include <regex>
 #include <thread>
 
@@ -27,9 +33,9 @@ std::vector<std::string> mlp_run(const std::string& dir, const std::vector<std::
   return argv;
 }
 
-// The "stragglers" lists of the JSON lines rank 0 printed, one per epoch.
-std::vector<std::string> named_per_epoch(const std::string& output) {
-  static const std::regex named("\"stragglers\": \\[([0-9, ]*)\\]");
+// The "stragglers" lists (or another list, such as "late") of the JSON lines rank 0 printed, one per epoch.
+std::vector<std::string> named_per_epoch(const std::string& output, const std::string& list = "stragglers") {
+  const std::regex named("\"" + list + "\": \\[([0-9, ]*)\\]");
   std::vector<std::string> lists;
   for (auto it = std::sregex_iterator(output.begin(), output.end(), named); it != std::sregex_iterator(); ++it) {
     lists.push_back((*it)[1].str());
@@ -50,6 +56,59 @@ std::thread duty_cycle(pid_t pid, std::chrono::milliseconds stopped, std::chrono
     kill(pid, SIGCONT);
   });
 }
+
+// A cgroup of its own with a CPU quota (cgroup v2's cpu.max, else v1's cpu.cfs_quota_us), removed with the object;
+// empty where this process cannot make one (not root, no cpu controller).
+class CpuQuota {
+ public:
+  // quota_us -1: no quota, a group of its own only.
+  CpuQuota(int quota_us, int period_us) {
+    static int groups = 0;
+    const std::string name = "ddp-runtime-test-" + std::to_string(getpid()) + "-" + std::to_string(groups++);
+    const std::string quota = quota_us < 0 ? std::string("max") : std::to_string(quota_us);
+    if (std::ifstream("/sys/fs/cgroup/cgroup.controllers").good() &&
+        can_write("/sys/fs/cgroup/cgroup.subtree_control")) {
+      if (make(std::string("/sys/fs/cgroup/") + name) &&
+          !write(dir_ + "/cpu.max", quota + " " + std::to_string(period_us))) {
+        remove();
+      }
+    } else if (can_write("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")) {
+      if (make("/sys/fs/cgroup/cpu/" + name) && !(write(dir_ + "/cpu.cfs_period_us", std::to_string(period_us)) &&
+                                                  write(dir_ + "/cpu.cfs_quota_us", std::to_string(quota_us)))) {
+        remove();
+      }
+    }
+  }
+  ~CpuQuota() { remove(); }
+  CpuQuota(const CpuQuota&) = delete;
+  CpuQuota& operator=(const CpuQuota&) = delete;
+
+  bool available() const { return !dir_.empty(); }
+  bool add(pid_t pid) const { return write(dir_ + "/cgroup.procs", std::to_string(pid)); }
+
+ private:
+  static bool can_write(const std::string& path) { return access(path.c_str(), W_OK) == 0; }
+  static bool write(const std::string& path, const std::string& text) {
+    std::ofstream file(path);
+    file << text << std::flush;
+    return file.good();
+  }
+  bool make(const std::string& dir) {
+    if (mkdir(dir.c_str(), 0755) != 0) return false;
+    dir_ = dir;
+    return true;
+  }
+  void remove() {
+    if (dir_.empty()) return;
+    // Its processes have ended (or go back to the parent group) before the group can go.
+    std::ifstream procs(dir_ + "/cgroup.procs");
+    const std::string parent = dir_.substr(0, dir_.rfind('/'));
+    for (std::string pid; std::getline(procs, pid);) write(parent + "/cgroup.procs", pid);
+    rmdir(dir_.c_str());
+    dir_.clear();
+  }
+  std::string dir_;
+};
 
 TEST(Stragglers, SlowerThanTheMedianByMoreThanTheThreshold) {
   double median = 0;
@@ -89,6 +148,71 @@ TEST(Stragglers, TheSlowRankIsNamedEveryEpochAndTheOthersNever) {
   EXPECT_FALSE(contains(clean[0].output, "Straggler:")) << clean[0].output;
   EXPECT_TRUE(contains(clean[0].output, "{\"rank\": 3, \"host\": \"" + host_name() + "\", \"device\": \"cpu\", "))
       << clean[0].output;
+}
+
+TEST(LateArrival, ARankIsLateByTheMedianOfTheOthersWaitLessItsOwn) {
+  // Rank 2 waited least: it arrived 9 ms after the median of the others (10 and 11 ms).
+  const std::vector<double> lateness = arrival_lateness({10, 11, 1.5, 12});
+  ASSERT_EQ(lateness.size(), 4u);
+  EXPECT_DOUBLE_EQ(lateness[2], 9.5);
+  EXPECT_DOUBLE_EQ(lateness[0], 11 - 10) << "the median of 11, 1.5 and 12 is 11";
+  EXPECT_EQ(late_ranks(lateness, 20, 20), std::vector<int>{2}) << "9.5 ms is more than 20% of a 20 ms step";
+  EXPECT_TRUE(late_ranks(lateness, 50, 20).empty()) << "9.5 ms is less than 20% of a 50 ms step";
+  EXPECT_EQ(arrival_lateness({-1, 4, 1}), (std::vector<double>{0, -3, 3})) << "an unmeasured rank is left out";
+  EXPECT_TRUE(late_ranks({0, 0}, 0, 20).empty()) << "no step measured, nobody named";
+}
+
+// 2 ranks train 3 epochs while `slow_down` slows rank 1 (it gets both ranks' pids and returns what ends the
+// slowdown); rank 0's JSON lines must name rank 1 late in every epoch. Its compute is not what gives it away: the
+// slowdowns land in the all-reduce as often as in its computing.
+void expect_rank_one_named_late(const std::vector<std::string>& args,
+                                const std::function<std::function<void()>(pid_t, pid_t)>& slow_down) {
+  const std::string dir = testing::make_temp_dir();
+  auto ranks = testing::spawn_ranks(2, mlp_run(dir, args), dir);
+  const std::function<void()> stop_slowing = slow_down(ranks[0].pid, ranks[1].pid);
+  std::vector<int> status;
+  for (const auto& rank : ranks) status.push_back(testing::wait_at_most(rank, std::chrono::seconds(100)));
+  stop_slowing();
+  const std::string output = testing::read_text(ranks[0].output_path);
+  for (const int s : status) ASSERT_EQ(s, 0) << output;
+  EXPECT_EQ(named_per_epoch(output, "late"), (std::vector<std::string>{"1", "1", "1"})) << output;
+  EXPECT_TRUE(contains(output, "Epoch 0 | Late arrival: rank 1 on " + host_name() + " (cpu) reaches the all-reduce "))
+      << output;
+}
+
+// Rank 1 stopped 70 ms of every 100, then under a CPU quota of 7.5 ms in every 100 ms (the kernel's default period;
+// about half of what it uses), then no slowdown, in which no rank may be named. The threshold is ddp-train's
+// default; on this 2-core machine under a load of 15, a rank that kept pace arrived up to 14% of a step after the
+// other, a slowed rank 26% and more.
+TEST(LateArrival, ARankStoppedOrThrottledIsNamedEveryEpochAndNoRankWithoutSlowdown) {
+  const std::vector<std::string> args{"--json", "--straggler-threshold", "20", "--width", "256", "3", "0"};
+  expect_rank_one_named_late(args, [](pid_t, pid_t slow) -> std::function<void()> {
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    auto stopper = std::make_shared<std::thread>(
+        duty_cycle(slow, std::chrono::milliseconds(70), std::chrono::milliseconds(30), *done));
+    return [done, stopper] {
+      *done = true;
+      stopper->join();
+    };
+  });
+  // Each rank in a cgroup of its own, so that they compete for the cores alike but for the quota.
+  auto quota = std::make_shared<CpuQuota>(7500, 100000);
+  auto free = std::make_shared<CpuQuota>(-1, 100000);
+  if (quota->available() && free->available()) {
+    expect_rank_one_named_late(args, [quota, free](pid_t other, pid_t slow) -> std::function<void()> {
+      EXPECT_TRUE(free->add(other));
+      EXPECT_TRUE(quota->add(slow));
+      return [] {};
+    });
+  } else {
+    std::printf("no cgroup with a CPU quota can be made here (needs root and the cpu controller): not tried\n");
+  }
+  const std::string dir = testing::make_temp_dir();
+  const auto clean = testing::run_ranks(2, mlp_run(dir, args), dir);
+  for (const auto& rank : clean) ASSERT_EQ(rank.status, 0) << rank.output;
+  EXPECT_EQ(named_per_epoch(clean[0].output, "late"), (std::vector<std::string>{"", "", ""})) << clean[0].output;
+  EXPECT_FALSE(contains(clean[0].output, "Late arrival:")) << clean[0].output;
+  EXPECT_TRUE(contains(clean[0].output, "\"arrival_score\": ")) << clean[0].output;
 }
 
 // A stopped rank fails the others' next collective at --timeout; rank 0 names it and every other rank ends with
