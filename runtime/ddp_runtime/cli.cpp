@@ -68,6 +68,12 @@ double positive(const std::string& option, const std::string& text, const std::s
   return parse_real(option, text, Sign::Positive, example);
 }
 
+RecoverMode parse_recover_mode(const std::string& name, const std::string& value) {
+  if (value == "none") return RecoverMode::None;
+  if (value == "in-place") return RecoverMode::InPlace;
+  throw Error(name + " '" + value + "' is not a recovery mode; use none or in-place");
+}
+
 double percent(const std::string& text) { return positive("--straggler-threshold", text, "20"); }
 
 LossKind parse_loss(const std::string& text) {
@@ -162,6 +168,9 @@ const std::map<std::string, Setter>& value_options() {
       {"--bucket-cap-mb",
        [](TrainOptions& o, const std::string& v) { o.bucket_cap_mb = positive("--bucket-cap-mb", v, "25"); }},
       {"--straggler-threshold", [](TrainOptions& o, const std::string& v) { o.straggler_threshold_pct = percent(v); }},
+      {"--recover", [](TrainOptions& o, const std::string& v) { o.recover = parse_recover_mode("--recover", v); }},
+      {"--min-ranks",
+       [](TrainOptions& o, const std::string& v) { o.min_ranks = parse_whole("--min-ranks", v, 1, "2"); }},
   };
   return options;
 }
@@ -210,6 +219,7 @@ TrainOptions parse_train_args(const std::vector<std::string>& args, const EnvLoo
   TrainOptions options;
   std::vector<std::string> positionals;
   bool workload_given = false;
+  bool recover_given = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -233,11 +243,16 @@ TrainOptions parse_train_args(const std::vector<std::string>& args, const EnvLoo
     }
     setter->second(options, equals == std::string::npos ? args[++i] : arg.substr(equals + 1));
     workload_given = workload_given || name == "--workload";
+    recover_given = recover_given || name == "--recover";
   }
   set_positionals(options, positionals);
   if (options.snapshot_dir.empty()) options.snapshot_dir = env("DDP_SNAPSHOT_DIR").value_or(".");
   if (options.snapshot_dir.empty()) options.snapshot_dir = ".";
   if (options.run_id.empty()) options.run_id = default_run_id(env);
+  if (!recover_given) {
+    if (const auto mode = env("DDP_RECOVER"); mode && !mode->empty())
+      options.recover = parse_recover_mode("DDP_RECOVER", *mode);
+  }
   check_combination(options, workload_given);
   return options;
 }
@@ -293,10 +308,15 @@ options:
   --straggler-threshold PCT    once per epoch, rank 0 names ranks whose compute per step is slower than the
                                median by more than PCT percent, and ranks that reach the all-reduce later than
                                the others by more than PCT percent of a step, with node and device (20)
-  --json                       rank 0 also prints each epoch's per-rank scores (compute, and arrival at the
+  --json                       rank 0 also prints each epoch's per-rank scores (compute and arrival at the
                                all-reduce) as a JSON line
+  --recover none|in-place      in-place (Gloo): when a rank dies or stops answering within --timeout, the
+                               others form a smaller group and go on from their last completed step, without a
+                               restart (DDP_RECOVER, which srun --ddp-recover sets; none: the run ends)
+  --min-ranks N                in place: with fewer ranks left, or no majority, the ranks write a snapshot and
+                               end, for a restart from it (1)
 environment: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT GLOO_SOCKET_IFNAME
-  DDP_BACKEND DDP_SNAPSHOT_DIR SLURM_JOB_ID TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT OMP_NUM_THREADS;
+  DDP_BACKEND DDP_RECOVER DDP_SNAPSHOT_DIR SLURM_JOB_ID TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT OMP_NUM_THREADS;
   OMPI_COMM_WORLD_* under mpirun
 exit status: 0 done, 1 failure, 2 bad input, 75 stopped by SIGUSR2 after a snapshot; on failure the error also
   goes to TORCHELASTIC_ERROR_FILE in torchrun's format (srun --ddp sets it; ddp-why reads it)
@@ -322,5 +342,7 @@ const char* to_string(LossKind loss) {
 }
 
 const char* to_string(OptimizerKind optimizer) { return optimizer == OptimizerKind::AdamW ? "adamw" : "sgd"; }
+
+const char* to_string(RecoverMode mode) { return mode == RecoverMode::InPlace ? "in-place" : "none"; }
 
 }  // namespace ddp::runtime

@@ -15,6 +15,9 @@ enum class WorkloadKind { Seed, Mlp, FashionMnist };
 enum class LossKind { MeanSquaredError, CrossEntropy, NegativeLogLikelihood };
 enum class OptimizerKind { Sgd, AdamW };
 enum class LrSchedule { Constant, Step, Cosine };
+// none: a failed or silent peer ends the run (a restart resumes from a snapshot); in-place: the others go on
+// without it (recovery.hpp).
+enum class RecoverMode { None, InPlace };
 
 // torch.optim's SGD and AdamW, gradient clipping and the learning-rate schedule (see scheduled_lr).
 struct OptimizerOptions {
@@ -61,8 +64,10 @@ struct TrainOptions {
   std::optional<Backend> backend;   // overrides DDP_BACKEND
   double timeout_seconds = 1800.0;  // PyTorch's default process-group timeout
   double bucket_cap_mb = kBucketCapMb;
-  double straggler_threshold_pct = 20.0;  // straggler.hpp: ranks slower than the median by more are named
-  bool json = false;                      // rank 0 also prints each epoch's per-rank scores as a JSON line
+  double straggler_threshold_pct = 20.0;    // straggler.hpp: ranks slower than the median by more are named
+  bool json = false;                        // rank 0 also prints each epoch's per-rank scores as a JSON line
+  RecoverMode recover = RecoverMode::None;  // --recover, else DDP_RECOVER (srun --ddp-recover sets it)
+  int min_ranks = 1;                        // in place: fewer ranks fall back to a restart from a snapshot
   bool help = false;
 };
 
@@ -73,5 +78,6 @@ const char* train_usage();
 const char* to_string(WorkloadKind workload);
 const char* to_string(LossKind loss);
 const char* to_string(OptimizerKind optimizer);
+const char* to_string(RecoverMode mode);
 
 }  // namespace ddp::runtime

@@ -48,13 +48,13 @@ at::Tensor restored(const NamedTensors& saved, const std::string& name, const at
 
 }  // namespace
 
-double scheduled_lr(const OptimizerOptions& o, int64_t step, int64_t epoch, int64_t total_steps) {
+double scheduled_lr(const OptimizerOptions& o, double step, int64_t epoch, int64_t total_steps) {
   switch (o.schedule) {
     case LrSchedule::Constant: return o.lr;
     case LrSchedule::Step: return o.lr * std::pow(o.gamma, static_cast<double>(epoch / o.step_epochs));
     case LrSchedule::Cosine: {
-      if (step < o.warmup_steps) return o.lr * static_cast<double>(step) / static_cast<double>(o.warmup_steps);
-      const double progress = static_cast<double>(step - o.warmup_steps) /
+      if (step < static_cast<double>(o.warmup_steps)) return o.lr * step / static_cast<double>(o.warmup_steps);
+      const double progress = (step - static_cast<double>(o.warmup_steps)) /
                               static_cast<double>(std::max<int64_t>(1, total_steps - o.warmup_steps));
       return o.lr * std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
     }

@@ -16,12 +16,13 @@ class Optimizer;
 
 namespace ddp::runtime {
 
-// The learning rate of optimizer step `step` (0-based) in epoch `epoch` of a run of `total_steps` steps:
+// The learning rate of optimizer step `step` (0-based; fractional after the world changed in place, where a step of
+// fewer ranks counts as that share of a planned one) in epoch `epoch` of a run of `total_steps` steps:
 //   constant  lr
 //   step      lr * gamma ^ floor(epoch / step_epochs)          (StepLR stepped once per epoch)
 //   cosine    step < W: lr * step / W; then lr * max(0, (1 + cos(pi * (step - W) / (total_steps - W))) / 2)
 //             (transformers' get_cosine_schedule_with_warmup: LambdaLR stepped once per optimizer step)
-double scheduled_lr(const OptimizerOptions& options, int64_t step, int64_t epoch, int64_t total_steps);
+double scheduled_lr(const OptimizerOptions& options, double step, int64_t epoch, int64_t total_steps);
 
 class Optimizer {
  public:

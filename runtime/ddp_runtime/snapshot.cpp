@@ -58,6 +58,11 @@ class Checksum {
   uLong crc_ = crc32_z(0, nullptr, 0);
 };
 
+bool changed_world(const TrainingProgress& p) {
+  return p.layout_start != 0 || p.schedule_step != static_cast<double>(p.global_step) ||
+         (p.planned_world != 0 && p.planned_world != p.world_size);
+}
+
 int64_t checksum(const SnapshotContent& c) {
   Checksum sum;
   sum.add(std::string(kFormat));
@@ -77,6 +82,12 @@ int64_t checksum(const SnapshotContent& c) {
   for (const int64_t value :
        {p.epochs_run, p.batches_done, p.global_step, static_cast<int64_t>(p.seed), p.world_size, p.batch_size}) {
     sum.add(value);
+  }
+  // Only after the world changed in place: the checksums of other snapshots stay what they were.
+  if (changed_world(p)) {
+    sum.add(p.layout_start);
+    sum.add(p.schedule_step);
+    sum.add(p.planned_world);
   }
   sum.add(c.run_id);
   return sum.value();
@@ -139,6 +150,11 @@ GenericDict sampler_dict(const TrainingProgress& p) {
   sampler.insert("batches_done", p.batches_done);
   sampler.insert("world_size", p.world_size);
   sampler.insert("batch_size", p.batch_size);
+  if (changed_world(p)) {
+    sampler.insert("layout_start", p.layout_start);
+    sampler.insert("schedule_step", p.schedule_step);
+    sampler.insert("planned_world", p.planned_world);
+  }
   return sampler;
 }
 
@@ -221,6 +237,11 @@ void read_progress(const GenericDict& dict, const std::string& path, SnapshotCon
   c.progress.batches_done = sampler.at("batches_done").toInt();
   c.progress.world_size = sampler.at("world_size").toInt();
   c.progress.batch_size = sampler.at("batch_size").toInt();
+  c.progress.layout_start = sampler.contains("layout_start") ? sampler.at("layout_start").toInt() : 0;
+  c.progress.schedule_step = sampler.contains("schedule_step")
+                                 ? number(sampler.at("schedule_step"), "schedule_step", path)
+                                 : static_cast<double>(c.progress.global_step);
+  c.progress.planned_world = sampler.contains("planned_world") ? sampler.at("planned_world").toInt() : 0;
 }
 
 SnapshotContent from_dict(const GenericDict& dict, const std::string& path) {
@@ -299,11 +320,10 @@ void stage(SnapshotContent& staged, const SnapshotContent& live) {
 
 }  // namespace
 
-SnapshotContent read_snapshot(const SnapshotFile& file) {
-  const std::string& path = file.path();
+SnapshotContent read_snapshot(const ByteView& bytes, const std::string& path) {
   c10::IValue value;
   try {
-    value = read_torch_save(bytes_in_memory(file_bytes(file)));
+    value = read_torch_save(bytes);
   } catch (const std::bad_alloc&) {
     throw;  // not the file's fault: it must not be set aside
   } catch (const std::exception& e) {
@@ -321,6 +341,19 @@ SnapshotContent read_snapshot(const SnapshotFile& file) {
     // c10::Error for a value of the wrong type, std::out_of_range from Dict::at for a missing field.
     throw SnapshotCorrupt(path + " has a missing or malformed entry: " + error_summary(e));
   }
+}
+
+SnapshotContent read_snapshot(const SnapshotFile& file) {
+  return read_snapshot(bytes_in_memory(file_bytes(file)), file.path());
+}
+
+std::vector<char> snapshot_bytes(const SnapshotContent& content) {
+  std::vector<char> bytes;
+  compat::write_pickle_archive(to_dict(content), [&](const void* data, std::size_t size) {
+    const auto* begin = static_cast<const char*>(data);
+    bytes.insert(bytes.end(), begin, begin + size);
+  });
+  return bytes;
 }
 
 SnapshotContent read_snapshot(const std::string& path) { return read_snapshot(SnapshotFile::open(path)); }

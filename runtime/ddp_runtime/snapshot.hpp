@@ -14,7 +14,10 @@
 //                    "exp_avg_sq": t}}, "param_groups": [{"lr", "betas", "eps", "weight_decay", ...}]};
 //                    optimizer.load_state_dict(snapshot["OPTIMIZER_STATE"]) continues the run
 //   RNG_STATE        torch.get_rng_state() of rank 0
-//   SAMPLER          {"seed", "epoch", "batches_done", "world_size", "batch_size"}: where in the epoch it stopped
+//   SAMPLER          {"seed", "epoch", "batches_done", "world_size", "batch_size"}: where in the epoch it stopped;
+//                    after the world changed in place (recovery.hpp) also "layout_start" (samples of the epoch's
+//                    order trained before the current layout), "schedule_step" (where the learning-rate schedule
+//                    stands) and "planned_world" (the world size the schedule's steps were counted for)
 //   FINGERPRINT      the model's parameter names and shapes, "weight:[1, 20] bias:[1]"
 //   RUN_ID           the run that wrote it (snapshot_files.hpp), which its file name repeats
 //   FORMAT           "ddp-train snapshot 2"
@@ -36,17 +39,28 @@
 #include <vector>
 
 #include "ddp_runtime/job.hpp"
+#include "ddp_runtime/mapped_file.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
 
 namespace ddp::runtime {
 
 struct TrainingProgress {
   int64_t epochs_run = 0;    // the epoch to resume at
-  int64_t batches_done = 0;  // batches of that epoch already trained (a snapshot taken mid-epoch)
+  int64_t batches_done = 0;  // batches of that epoch already trained (a snapshot taken mid-epoch), per rank
   int64_t global_step = 0;
   uint64_t seed = 0;
-  int64_t world_size = 0;
+  int64_t world_size = 0;  // of the epoch's current layout: the ranks batches_done counts for
   int64_t batch_size = 0;
+  // 0: the epoch's layout is DistributedSampler's from its start; else the samples of the epoch's order trained
+  // before the world changed mid-epoch, after which the rest was shared out again (sampler.hpp, plan_rest_of_epoch).
+  int64_t layout_start = 0;
+  // The learning-rate schedule's position, in steps of `planned_world` ranks: global_step until the world changes,
+  // after which a step of W ranks counts as W / planned_world of a step, so that the schedule follows the samples.
+  double schedule_step = 0;
+  int64_t planned_world = 0;
+
+  // Samples of the epoch's order trained so far (a step boundary inside the epoch).
+  int64_t samples_done() const { return layout_start + batches_done * batch_size * world_size; }
 };
 
 // torch.optim's state_dict() of an optimizer whose one parameter group holds every parameter of the model.
@@ -77,6 +91,10 @@ struct SnapshotContent {
 // has a malformed one or fails its checksum throws SnapshotCorrupt.
 SnapshotContent read_snapshot(const SnapshotFile& file);
 SnapshotContent read_snapshot(const std::string& path);
+// The same from a snapshot's bytes already in memory; `path` names them in messages.
+SnapshotContent read_snapshot(const ByteView& bytes, const std::string& path);
+// A snapshot's bytes, as a file would hold them: what a rank sends a peer that must take its state.
+std::vector<char> snapshot_bytes(const SnapshotContent& content);
 
 struct LoadedSnapshot {
   std::string path;

@@ -191,6 +191,14 @@ void StragglerMonitor::step_finished() {
   }
 }
 
+void StragglerMonitor::regrouped(std::vector<RankIdentity> ranks) {
+  ranks_ = std::move(ranks);
+  Clocks& c = *clocks_;
+  c.compute_seconds = c.wall_seconds = c.wait_seconds = 0;
+  c.steps = c.waits = 0;
+  c.warm_up_steps = kWarmUpSteps;
+}
+
 void StragglerMonitor::end_epoch(int64_t epoch) {
   Clocks& c = *clocks_;
   const int world = dist_.world_size;

@@ -73,6 +73,8 @@ class StragglerMonitor {
   void step_finished();
   // Collective (every rank, at the same point): shares the epoch's compute; rank 0 prints. Starts the next epoch.
   void end_epoch(int64_t epoch);
+  // The group changed (recovery.hpp): these are its ranks now, and the epoch's measurements so far are dropped.
+  void regrouped(std::vector<RankIdentity> ranks);
 
   // The mean wall time of a step (compute and waiting) over the last epoch; zero before one ended.
   std::chrono::milliseconds mean_step() const { return mean_step_; }

@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 
@@ -10,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,12 +25,14 @@
 #include "ddp_runtime/optimizer.hpp"
 #include "ddp_runtime/peer_check.hpp"
 #include "ddp_runtime/process_group.hpp"
+#include "ddp_runtime/recovery.hpp"
 #include "ddp_runtime/sampler.hpp"
 #include "ddp_runtime/snapshot.hpp"
 #include "ddp_runtime/stop_request.hpp"
 #include "ddp_runtime/straggler.hpp"
 #include "ddp_runtime/train.hpp"
 #include "error.hpp"
+#include "json_string.hpp"
 
 namespace ddp::runtime {
 namespace {
@@ -73,6 +78,8 @@ std::string duration_text(double seconds) {
   std::snprintf(text, sizeof text, "%ld:%02ld:%02ld", total / 3600, total / 60 % 60, total % 60);
   return text;
 }
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 std::string sizes_text(const at::Tensor& tensor) {
   std::ostringstream text;
@@ -277,50 +284,68 @@ std::optional<LoadedSnapshot> agree_on_start(const Distributed& dist, const Trai
 
 class Trainer {
  public:
-  Trainer(const Distributed& dist, const TrainOptions& options, TrainingJob& job, SnapshotStore* store,
-          Console& console, StragglerMonitor& straggler)
+  Trainer(Distributed& dist, const TrainOptions& options, TrainingJob& job, SnapshotStore* store, Console& console,
+          StragglerMonitor& straggler, Recovery* recovery)
       : dist_(dist),
         options_(options),
         job_(job),
         model_(*job.model),
         parameters_(model_.named_parameters()),
+        buffers_(tensors_of(model_.named_buffers())),
         optimizer_(tensors_of(parameters_), options.optimizer),
         sampler_(job.data->size(), dist.world_size, dist.rank, true, options.seed),
         store_(store),
-        has_buffers_(!model_.named_buffers().empty()),
         console_(console),
-        straggler_(straggler) {
+        straggler_(straggler),
+        recovery_(recovery) {
     progress_.seed = options.seed;
     progress_.world_size = dist.world_size;
     progress_.batch_size = options.batch_size;
-    const int64_t batches = (sampler_.num_samples() + options.batch_size - 1) / options.batch_size;
-    total_steps_ = options.total_epochs * ((batches + options.accumulate - 1) / options.accumulate);
+    progress_.planned_world = dist.world_size;
+    total_steps_ = planned_steps(progress_.planned_world);
   }
 
   void restore(const LoadedSnapshot& snapshot);
   int train();
 
  private:
+  int64_t planned_steps(int64_t world) const;
+  EpochPlan plan_for(int64_t epoch);
   bool run_epoch(int64_t epoch);
-  void run_step(const at::Tensor& order, int64_t epoch, int64_t first_batch, int64_t batches);
+  void run_step(const at::Tensor& samples, const std::vector<BatchSpan>& batches, int64_t epoch);
   bool stop_agreed(Seconds step_time);
   void after_step(int64_t epoch, bool epoch_end);
   SnapshotContent live_content();
+  void apply_state(const SnapshotContent& state, const std::string& source);
   std::string rank_label() const;
+  void build_ddp();
   void finish();
+  // Recovery in place (recovery.hpp).
+  bool recoverable(const std::exception& e) const;
+  void save_step_start();
+  void roll_back_step();
+  void recover(std::string why);
+  void join_generation(const Regrouped& regrouped);
+  void take_state_from_rank_zero();
+  void share_out_the_epoch();
+  [[noreturn]] void fall_back(const Regrouped& regrouped, const std::string& why);
+  void report_recovery();
+  SnapshotStore& snapshot_store();
 
-  const Distributed& dist_;
+  Distributed& dist_;
   const TrainOptions& options_;
   TrainingJob& job_;
   Model& model_;
   NamedTensors parameters_;
+  std::vector<at::Tensor> buffers_;
   Optimizer optimizer_;
   DistributedSampler sampler_;
   std::unique_ptr<DistributedModel> ddp_;
-  SnapshotStore* store_;  // rank 0 only
-  bool has_buffers_;
+  SnapshotStore* store_;                      // rank 0 only
+  std::unique_ptr<SnapshotStore> own_store_;  // made when this rank became rank 0 in place, or writes the fallback
   Console& console_;
   StragglerMonitor& straggler_;
+  Recovery* recovery_;  // null without --recover in-place
   TrainingProgress progress_;
   int64_t total_steps_ = 0;
   Clock::time_point last_snapshot_ = Clock::now();
@@ -330,8 +355,46 @@ class Trainer {
   at::Tensor epoch_loss_;  // sum of the batches' mean losses, kept on the device until the epoch ends
   int64_t epoch_batches_ = 0;
   int64_t epoch_samples_ = 0;
+  int64_t stats_epoch_ = -1;  // the epoch the three above count
   int64_t run_samples_ = 0;
+  // A recovery, reported by rank 0 once the new group has completed its first step.
+  struct Recovered {
+    Regrouped regrouped;
+    std::string why;
+    Clock::time_point failed_at;  // when this rank's collective failed
+  };
+  std::optional<Recovered> recovered_;
+  // What a step changes before its optimizer step, kept at its start so that a failed step can be undone.
+  struct StepStart {
+    bool active = false;
+    at::Tensor rng_state;
+    std::vector<at::Tensor> buffers;
+    at::Tensor epoch_loss;
+    int64_t epoch_batches = 0;
+    int64_t epoch_samples = 0;
+  } step_start_;
 };
+
+// The optimizer steps of the whole run with `world` ranks: the cosine schedule's length.
+int64_t Trainer::planned_steps(int64_t world) const {
+  const DistributedSampler planned(job_.data->size(), static_cast<int>(world), 0, true, options_.seed);
+  const int64_t batches = (planned.num_samples() + options_.batch_size - 1) / options_.batch_size;
+  return options_.total_epochs * ((batches + options_.accumulate - 1) / options_.accumulate);
+}
+
+// The model, optimizer and generator of a snapshot, or of the state another rank sent.
+void Trainer::apply_state(const SnapshotContent& saved, const std::string& source) {
+  if (saved.optimizer) optimizer_.load(*saved.optimizer, source);
+  {
+    c10::NoGradGuard no_grad;
+    for (auto& [name, tensor] : model_state(model_)) tensor.copy_(*find_tensor(saved.model_state, name));
+  }
+  if (saved.rng_state.defined()) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(saved.rng_state);
+  }
+}
 
 void Trainer::restore(const LoadedSnapshot& snapshot) {
   const SnapshotContent& saved = snapshot.content;
@@ -342,25 +405,25 @@ void Trainer::restore(const LoadedSnapshot& snapshot) {
                 ", this run has --seed " + std::to_string(options_.seed) + "; pass --seed " +
                 std::to_string(saved.progress.seed) + " to resume it, or use another --snapshot-dir");
   }
-  if (saved.optimizer) optimizer_.load(*saved.optimizer, "snapshot " + snapshot.path);
-  {
-    c10::NoGradGuard no_grad;
-    for (auto& [name, tensor] : model_state(model_)) tensor.copy_(*find_tensor(saved.model_state, name));
-  }
-  if (saved.rng_state.defined()) {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(saved.rng_state);
-  }
+  apply_state(saved, "snapshot " + snapshot.path);
   progress_.epochs_run = saved.progress.epochs_run;
   progress_.global_step = saved.progress.global_step;
   progress_.batches_done = saved.progress.batches_done;
+  progress_.layout_start = saved.progress.layout_start;
+  progress_.schedule_step = saved.progress.schedule_step;
+  if (saved.progress.planned_world > 0) progress_.planned_world = saved.progress.planned_world;
+  total_steps_ = planned_steps(progress_.planned_world);
   const bool same_layout =
       saved.progress.world_size == dist_.world_size && saved.progress.batch_size == options_.batch_size;
-  if (progress_.batches_done > 0 && !same_layout) {
-    console_.warn("snapshot " + snapshot.path + " stopped inside epoch " + std::to_string(progress_.epochs_run) +
-                  " with another world size or batch size; that epoch restarts from its first batch");
+  if ((progress_.batches_done > 0 || progress_.layout_start > 0) && !same_layout) {
+    // The rest of the epoch is shared out over this run's ranks from where the snapshot stopped.
+    progress_.layout_start = saved.progress.samples_done();
     progress_.batches_done = 0;
+    if (dist_.rank == 0) {
+      console_.line("Snapshot " + snapshot.path + " stopped inside epoch " + std::to_string(progress_.epochs_run) +
+                    " with another world size or batch size; its remaining samples are shared out over " +
+                    std::to_string(dist_.world_size) + " ranks");
+    }
   }
   if (dist_.rank == 0) {
     console_.line("Resuming training from snapshot at Epoch " + std::to_string(progress_.epochs_run) + " (" +
@@ -387,29 +450,29 @@ SnapshotContent Trainer::live_content() {
 // A snapshot started at the last step boundary copies the parameters while this step's forward and backward
 // passes run; the optimizer step, which changes them, waits for the copy. Buffers (batch-norm statistics)
 // change in the forward pass already.
-void Trainer::run_step(const at::Tensor& order, int64_t epoch, int64_t first_batch, int64_t batches) {
-  if (store_ != nullptr && has_buffers_) store_->before_update();
+void Trainer::run_step(const at::Tensor& samples, const std::vector<BatchSpan>& batches, int64_t epoch) {
+  if (store_ != nullptr && !buffers_.empty()) store_->before_update();
   zero_gradients(tensors_of(parameters_));
-  const int64_t size = order.size(0);
-  for (int64_t b = 0; b < batches; ++b) {
-    const int64_t start = (first_batch + b) * options_.batch_size;
-    const Batch batch = job_.data->get_batch(order.slice(0, start, std::min(start + options_.batch_size, size)));
+  const auto count = static_cast<int64_t>(batches.size());
+  for (int64_t b = 0; b < count; ++b) {
+    const BatchSpan& span = batches[b];
+    const Batch batch = job_.data->get_batch(samples.slice(0, span.start, span.start + span.size));
     const at::Tensor input = batch.inputs.to(dist_.device);
     const at::Tensor target = batch.targets.to(dist_.device);
     // Gradient accumulation: only the step's last batch synchronises, as under DDP's no_sync().
     std::optional<DistributedModel::NoSync> accumulate_only;
-    if (b + 1 < batches) accumulate_only.emplace(*ddp_);
+    if (b + 1 < count) accumulate_only.emplace(*ddp_);
     const at::Tensor output = ddp_->forward([&] { return model_.forward(input); });
     const at::Tensor loss = compute_loss(job_.loss, output, target);
     epoch_loss_ = epoch_loss_.defined() ? epoch_loss_ + loss.detach() : loss.detach();
     epoch_samples_ += input.size(0);
     ++epoch_batches_;
-    (batches > 1 ? loss / static_cast<double>(batches) : loss).backward();
+    (count > 1 ? loss / static_cast<double>(count) : loss).backward();
   }
   straggler_.synchronised();  // before waiting for a snapshot's copy, which is no part of the collective
   if (store_ != nullptr) store_->before_update();
   straggler_.backward_finished();
-  optimizer_.set_lr(scheduled_lr(options_.optimizer, progress_.global_step, epoch, total_steps_));
+  optimizer_.set_lr(scheduled_lr(options_.optimizer, progress_.schedule_step, epoch, total_steps_));
   optimizer_.step();
 }
 
@@ -446,33 +509,59 @@ void Trainer::after_step(int64_t epoch, bool epoch_end) {
   });
 }
 
-bool Trainer::run_epoch(int64_t epoch) {
+int64_t step_samples(const std::vector<BatchSpan>& batches) {
+  int64_t samples = 0;
+  for (const BatchSpan& batch : batches) samples += batch.size;
+  return samples;
+}
+
+// The epoch's layout: DistributedSampler's from its start, or, after the world changed inside it, the rest of its
+// order shared out over the ranks there are now.
+EpochPlan Trainer::plan_for(int64_t epoch) {
   sampler_.set_epoch(epoch);
-  const std::vector<int64_t> indices = sampler_.indices();
-  const at::Tensor order = at::tensor(indices, at::kLong);
-  const auto batches = static_cast<int64_t>((indices.size() + options_.batch_size - 1) / options_.batch_size);
+  if (progress_.layout_start == 0) return plan_epoch(sampler_.indices(), options_.batch_size, options_.accumulate);
+  return plan_rest_of_epoch(sampler_.order(), progress_.layout_start, dist_.world_size, dist_.rank, options_.batch_size,
+                            options_.accumulate);
+}
+
+bool Trainer::run_epoch(int64_t epoch) {
+  const EpochPlan plan = plan_for(epoch);
+  const at::Tensor samples = at::tensor(plan.samples, at::kLong);
+  std::size_t batches = 0;
+  for (const auto& step : plan.steps) batches += step.size();
   console_.line(rank_label() + " Epoch " + std::to_string(epoch) +
                 " | Batchsize: " + std::to_string(options_.batch_size) + " | Steps: " + std::to_string(batches));
+  if (stats_epoch_ != epoch) {
+    epoch_loss_ = at::Tensor();
+    epoch_batches_ = 0;
+    epoch_samples_ = 0;
+    stats_epoch_ = epoch;
+  }
   const auto epoch_start = Clock::now();
-  epoch_loss_ = at::Tensor();
-  epoch_batches_ = 0;
-  epoch_samples_ = 0;
-  for (int64_t batch = progress_.batches_done; batch < batches;) {
+  const auto steps = static_cast<int64_t>(plan.steps.size());
+  for (int64_t step = progress_.batches_done / options_.accumulate; step < steps; ++step) {
     const auto step_start = Clock::now();
-    const int64_t count = std::min<int64_t>(options_.accumulate, batches - batch);
+    save_step_start();
     straggler_.step_started();
-    run_step(order, epoch, batch, count);
+    run_step(samples, plan.steps[step], epoch);
     straggler_.step_finished();
-    batch += count;
+    progress_.batches_done += static_cast<int64_t>(plan.steps[step].size());
     ++progress_.global_step;
-    const bool epoch_end = batch == batches;
+    run_samples_ += step_samples(plan.steps[step]) * dist_.world_size;
+    report_recovery();
+    progress_.schedule_step += static_cast<double>(dist_.world_size) / static_cast<double>(progress_.planned_world);
+    step_start_.active = false;
+    const bool epoch_end = step + 1 == steps;
     progress_.epochs_run = epoch_end ? epoch + 1 : epoch;
-    progress_.batches_done = epoch_end ? 0 : batch;
+    if (epoch_end) {
+      progress_.batches_done = 0;
+      progress_.layout_start = 0;
+      progress_.world_size = dist_.world_size;
+    }
     after_step(epoch, epoch_end);
     if (stop_agreed(Clock::now() - step_start)) return false;
   }
   const double seconds = Seconds(Clock::now() - epoch_start).count();
-  run_samples_ += epoch_samples_ * dist_.world_size;
   if (dist_.rank == 0 && epoch_samples_ > 0) {
     const double rate = static_cast<double>(epoch_samples_ * dist_.world_size) / seconds;
     const double loss = epoch_loss_.item<double>() / static_cast<double>(epoch_batches_);
@@ -494,17 +583,32 @@ void Trainer::finish() {
   }
 }
 
-int Trainer::train() {
+void Trainer::build_ddp() {
   const auto cap = static_cast<int64_t>(options_.bucket_cap_mb * (1 << 20));
   // Gradients as bucket views: one copy of the gradients less each way per step (5% on the MLP-1024 bench).
   ddp_ = std::make_unique<DistributedModel>(
-      parameters_, tensors_of(model_.named_buffers()), dist_,
+      parameters_, buffers_, dist_,
       DdpOptions{static_cast<int64_t>(cap), std::min<int64_t>(static_cast<int64_t>(cap), kFirstBucketBytes), true});
+}
+
+int Trainer::train() {
+  build_ddp();
   straggler_.attach(tensors_of(parameters_));
   const auto start = Clock::now();
   const int64_t first_epoch = progress_.epochs_run;
-  for (int64_t epoch = first_epoch; epoch < options_.total_epochs; ++epoch) {
-    if (run_epoch(epoch)) continue;
+  while (progress_.epochs_run < options_.total_epochs) {
+    const int64_t epoch = progress_.epochs_run;
+    bool finished = false;
+    try {
+      finished = run_epoch(epoch);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      if (!recoverable(e)) throw;
+      recover(error_message(e));
+      continue;
+    }
+    if (finished) continue;
     if (store_ != nullptr) {
       console_.line("Epoch " + std::to_string(epoch) + " | Training snapshot saved at " + store_->save(live_content()));
     }
@@ -530,6 +634,179 @@ int Trainer::train() {
   return 0;
 }
 
+// --- recovery in place ---
+
+bool Trainer::recoverable(const std::exception& e) const {
+  return recovery_ != nullptr && is_peer_failure(error_message(e));
+}
+
+void Trainer::save_step_start() {
+  if (recovery_ == nullptr) return;
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    step_start_.rng_state = generator.get_state();
+  }
+  step_start_.buffers.clear();
+  for (const at::Tensor& buffer : buffers_) step_start_.buffers.push_back(buffer.detach().clone());
+  step_start_.epoch_loss = epoch_loss_;
+  step_start_.epoch_batches = epoch_batches_;
+  step_start_.epoch_samples = epoch_samples_;
+  step_start_.active = true;
+}
+
+// The step in flight is discarded: what its forward passes changed goes back (the generator that dropout draws
+// from, the buffers that batch norm updates); its gradients are zeroed at the next step's start.
+void Trainer::roll_back_step() {
+  if (!step_start_.active) return;
+  {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(step_start_.rng_state);
+  }
+  c10::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < buffers_.size(); ++i) buffers_[i].copy_(step_start_.buffers[i]);
+  epoch_loss_ = step_start_.epoch_loss;
+  epoch_batches_ = step_start_.epoch_batches;
+  epoch_samples_ = step_start_.epoch_samples;
+  step_start_.active = false;
+}
+
+SnapshotStore& Trainer::snapshot_store() {
+  if (store_ == nullptr) {
+    own_store_ = std::make_unique<SnapshotStore>(options_.snapshot_dir, options_.keep, options_.run_id,
+                                                 [this](const std::string& message) { console_.warn(message); });
+    store_ = own_store_.get();
+  }
+  return *store_;
+}
+
+void Trainer::recover(std::string why) {
+  const auto failed_at = Clock::now();
+  roll_back_step();
+  ddp_.reset();
+  Recovery::release_group(dist_);
+  for (;;) {
+    Regrouped regrouped;
+    try {
+      regrouped = recovery_->regroup({progress_.global_step, true});
+      if (regrouped.formed) {
+        join_generation(regrouped);
+        recovered_ = Recovered{regrouped, why, failed_at};
+        return;
+      }
+    } catch (const Error&) {
+      throw;
+    } catch (const LeftOut&) {
+      throw;
+    } catch (const std::exception& e) {
+      // Another failure while the group formed or took its state: the members meet again.
+      if (!is_peer_failure(error_message(e))) throw;
+      why = error_message(e);
+      ddp_.reset();
+      Recovery::release_group(dist_);
+      continue;
+    }
+    fall_back(regrouped, why);
+  }
+}
+
+// Every member runs the same collectives, in this order: the state when a member is behind, then the model's
+// broadcast from rank 0 that DistributedModel makes.
+void Trainer::join_generation(const Regrouped& regrouped) {
+  if (regrouped.someone_behind) take_state_from_rank_zero();
+  share_out_the_epoch();
+  build_ddp();
+  straggler_.regrouped(recovery_->ranks());
+  if (dist_.rank == 0) {
+    snapshot_store();
+  } else if (store_ != nullptr) {
+    store_->wait();  // a rank that was rank 0 lets its last snapshot finish, and writes no more
+    store_ = nullptr;
+  }
+  stop_poll_steps_ = 1;
+  poll_window_ = Seconds(0);
+  poll_window_steps_ = 0;
+}
+
+// Rank 0 of the new generation holds the newest state: it sends all of it, as a snapshot's bytes, to the others.
+void Trainer::take_state_from_rank_zero() {
+  std::vector<char> mine;
+  if (dist_.rank == 0) mine = snapshot_bytes(live_content());
+  at::Tensor length = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong);
+  std::vector<at::Tensor> message{length};
+  dist_.group->broadcast(message)->wait();
+  at::Tensor bytes = dist_.rank == 0 ? at::from_blob(mine.data(), {static_cast<int64_t>(mine.size())}, at::kByte)
+                                     : at::empty({length.item<int64_t>()}, at::kByte);
+  message = {bytes};
+  dist_.group->broadcast(message)->wait();
+  if (dist_.rank == 0) return;
+  const auto* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
+  const SnapshotContent state =
+      read_snapshot(bytes_in_memory(std::vector<char>(data, data + bytes.numel())), "the state rank 0 sent");
+  apply_state(state, "the state rank 0 sent");
+  progress_ = state.progress;
+}
+
+// The rest of the epoch goes to the ranks there are now, from the first sample no rank trained yet.
+void Trainer::share_out_the_epoch() {
+  const bool epoch_start = progress_.batches_done == 0 && progress_.layout_start == 0;
+  if (!epoch_start) {
+    progress_.layout_start = progress_.samples_done();
+    progress_.batches_done = 0;
+  }
+  progress_.world_size = dist_.world_size;
+  progress_.batch_size = options_.batch_size;
+  sampler_ = DistributedSampler(job_.data->size(), dist_.world_size, dist_.rank, true, options_.seed);
+}
+
+void Trainer::report_recovery() {
+  if (!recovered_) return;
+  const Recovered r = std::move(*recovered_);
+  recovered_.reset();
+  if (dist_.rank != 0) return;
+  const double seconds = Seconds(Clock::now() - r.failed_at).count();
+  const std::string lost = describe_lost(r.regrouped.lost);
+  console_.line("Epoch " + std::to_string(progress_.epochs_run) +
+                " | Recovered in place: " + (lost.empty() ? std::string("no rank") : lost) + " lost (" +
+                first_line(r.why) + "); " + std::to_string(dist_.world_size) + " ranks went on from step " +
+                std::to_string(progress_.global_step - 1) + ", their first step done " + format("%.2f", seconds) +
+                " s after the failure was seen (generation " + std::to_string(r.regrouped.generation) + ", " +
+                format("%.2f", r.regrouped.seconds.count()) + " s to form it)");
+  if (!options_.json) return;
+  std::string ranks;
+  for (const Lost& l : r.regrouped.lost) {
+    ranks += std::string(ranks.empty() ? "" : ", ") + "{\"rank\": " + std::to_string(l.id) +
+             ", \"host\": " + json_string(l.identity.host) + ", \"dead\": " + (l.dead ? "true" : "false") + "}";
+  }
+  console_.line("{\"event\": \"recovered\", \"generation\": " + std::to_string(r.regrouped.generation) +
+                ", \"world_size\": " + std::to_string(dist_.world_size) +
+                ", \"step\": " + std::to_string(progress_.global_step - 1) +
+                ", \"regroup_seconds\": " + format("%.3f", r.regrouped.seconds.count()) +
+                ", \"first_step_seconds\": " + format("%.3f", seconds) + ", \"lost\": [" + ranks + "]}");
+}
+
+// Too few ranks, or no majority: the member with the newest state writes a snapshot of it, and every member ends,
+// for a restart that resumes from it (bit for bit, as from any snapshot).
+void Trainer::fall_back(const Regrouped& regrouped, const std::string& why) {
+  const std::string lost = describe_lost(regrouped.lost);
+  std::string message = (lost.empty() ? std::string("no rank") : lost) +
+                        (regrouped.lost.size() == 1 ? " was" : " were") + " lost (" + first_line(why) + "); " +
+                        regrouped.verdict + ": training cannot go on in place";
+  if (regrouped.source_is_me) {
+    SnapshotStore& store = snapshot_store();
+    store.wait();
+    const std::string path = store.save(live_content());
+    console_.line("Epoch " + std::to_string(progress_.epochs_run) + " | Training snapshot saved at " + path);
+    message += "; this rank wrote a snapshot of step " + std::to_string(progress_.global_step) + " (" + path +
+               "): restart the step to resume from it";
+  } else {
+    message += "; the rank with the newest state writes a snapshot of step " + std::to_string(regrouped.source_step) +
+               ": restart the step to resume from it";
+  }
+  throw std::runtime_error(message);
+}
+
 // With the MPI group, the other ranks would wait in their next collective: the job ends here.
 // The error also goes to TORCHELASTIC_ERROR_FILE, where ddp-why and srun --ddp find it.
 int fail(const std::string& program, int status, const std::string& message) {
@@ -543,21 +820,37 @@ int fail(const std::string& program, int status, const std::string& message) {
   return status;
 }
 
+// Recovery in place: Gloo only (an NCCL communicator needs aborting, which this runtime does not do yet; MPI ends
+// the job at a rank's failure by design). The probe and join window bound what a silent member costs the others.
+std::unique_ptr<Recovery> start_recovery(const TrainOptions& options, const Launch& launch, Distributed& dist) {
+  if (options.recover != RecoverMode::InPlace || dist.world_size < 2) return nullptr;
+  if (dist.backend != "gloo") {
+    throw Error("--recover in-place needs the Gloo backend, and this run uses " + dist.backend +
+                "; use --backend gloo, or --recover none (DDP_RECOVER)");
+  }
+  RecoverySettings settings;
+  settings.min_ranks = options.min_ranks;
+  settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
+  settings.probe = std::min(settings.probe, settings.timeout);
+  return std::make_unique<Recovery>(launch, dist, settings);
+}
+
 }  // namespace
 
 int run_training(const TrainOptions& options, const Launch& launch, const JobFactory& make_job) {
   limit_threads(launch);
   install_signal_handlers();
-  const Distributed dist =
-      init_distributed(launch, options.backend.value_or(launch.backend),
-                       std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
+  Distributed dist = init_distributed(launch, options.backend.value_or(launch.backend),
+                                      std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
+  const std::unique_ptr<Recovery> recovery = start_recovery(options, launch, dist);
   Console console;
-  StragglerMonitor straggler(dist, gather_identities(dist), {options.straggler_threshold_pct, options.json},
+  StragglerMonitor straggler(dist, recovery ? recovery->ranks() : gather_identities(dist),
+                             {options.straggler_threshold_pct, options.json},
                              [&console](const std::string& line) { console.line(line); });
   TrainingJob job = prepare_job(dist, options, make_job);
   std::unique_ptr<SnapshotStore> store;
   const std::optional<LoadedSnapshot> start = agree_on_start(dist, options, store, console);
-  Trainer trainer(dist, options, job, store.get(), console, straggler);
+  Trainer trainer(dist, options, job, store.get(), console, straggler, recovery.get());
   if (start) trainer.restore(*start);
   int status = 0;
   try {
@@ -565,17 +858,34 @@ int run_training(const TrainOptions& options, const Launch& launch, const JobFac
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
+    if (recovery) throw;  // recovery named the lost ranks itself
     // A stopped or hung peer fails every other rank's collective at the timeout: name it (peer_check.hpp).
     const auto window = std::min(kPeerCheckWindow + 2 * straggler.mean_step(), kPeerCheckMaxWindow);
     throw std::runtime_error(explain_peer_failure(launch, dist.backend, straggler.ranks(), error_message(e), window));
+  }
+  if (status == 0 && recovery && recovery->generation() > 0 && dist.rank == 0) {
+    // What ddp-restart looks for: srun's exit status names the tasks that were lost, not the training's end.
+    std::fprintf(stderr,
+                 "ddp-train: training completed in place by %d of the %d ranks it started with (generation %lld)\n",
+                 dist.world_size, launch.world_size, static_cast<long long>(recovery->generation()));
+    std::fflush(stderr);
   }
   finalize_mpi();
   return status;
 }
 
-int train_main(int argc, char** argv, const JobFactory& make_job) {
-  const std::string path = argc > 0 ? argv[0] : "ddp-train";
-  const std::string program = path.substr(path.rfind('/') + 1);
+namespace {
+
+// A Gloo group let go after a failure may still wait in its destructor for its peers (recovery.hpp): the process
+// ends without running exit handlers under that thread.
+int leave(int status) {
+  if (Recovery::groups_being_released() == 0) return status;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(status);
+}
+
+int run_main(int argc, char** argv, const JobFactory& make_job, const std::string& program) {
   try {
     const EnvLookup env = process_environment();
     const TrainOptions options = parse_train_args(std::vector<std::string>(argv + 1, argv + argc), env);
@@ -589,6 +899,13 @@ int train_main(int argc, char** argv, const JobFactory& make_job) {
   } catch (const std::exception& e) {
     return fail(program, 1, error_message(e));
   }
+}
+
+}  // namespace
+
+int train_main(int argc, char** argv, const JobFactory& make_job) {
+  const std::string path = argc > 0 ? argv[0] : "ddp-train";
+  return leave(run_main(argc, argv, make_job, path.substr(path.rfind('/') + 1)));
 }
 
 }  // namespace ddp::runtime

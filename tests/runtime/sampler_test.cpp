@@ -2,6 +2,8 @@
 // order, for the same dataset size, world size, rank, seed and epoch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -79,6 +81,83 @@ TEST(Sampler, ShufflesDifferentlyEachEpoch) {
   EXPECT_NE(sampler.indices(), first);
   sampler.set_epoch(0);
   EXPECT_EQ(sampler.indices(), first);
+}
+
+TEST(EpochPlan, StepsAreTheDataLoadersBatchesTakenAccumulateAtATime) {
+  std::vector<int64_t> indices(70);
+  std::iota(indices.begin(), indices.end(), 100);
+  const EpochPlan plan = plan_epoch(indices, 16, 2);
+  EXPECT_EQ(plan.samples, indices);
+  ASSERT_EQ(plan.steps.size(), 3u);  // batches of 16, 16 | 16, 16 | 6
+  EXPECT_EQ(plan.steps[1].size(), 2u);
+  EXPECT_EQ(plan.steps[1][1].start, 48);
+  EXPECT_EQ(plan.steps[1][1].size, 16);
+  ASSERT_EQ(plan.steps[2].size(), 1u);
+  EXPECT_EQ(plan.steps[2][0].size, 6);
+}
+
+// After a rank is lost mid-epoch (or one joins), the rest of the epoch goes to the new world: every sample not yet
+// trained exactly once, every rank the same number of steps and of batches in each step (they run the same
+// collectives), no batch empty, none more than one sample over the batch size.
+TEST(EpochPlan, TheRestOfAnEpochIsTrainedOnceOverAnyWorld) {
+  struct Case {
+    int64_t size, consumed;
+    int world;
+    int64_t batch, accumulate;
+  };
+  for (const Case c : {Case{2048, 768, 3, 32, 1}, Case{2048, 0, 5, 32, 1}, Case{1000, 990, 3, 4, 1},
+                       Case{1000, 998, 3, 4, 2}, Case{1001, 1000, 4, 8, 1}, Case{100, 7, 4, 5, 3},
+                       Case{65, 0, 2, 32, 1}, Case{2048, 2048, 3, 32, 1}, Case{97, 3, 7, 1, 4}}) {
+    SCOPED_TRACE(std::to_string(c.size) + " samples, " + std::to_string(c.consumed) + " consumed, world " +
+                 std::to_string(c.world) + ", batch " + std::to_string(c.batch) + " x " + std::to_string(c.accumulate));
+    std::vector<int64_t> order(static_cast<std::size_t>(c.size));
+    std::iota(order.begin(), order.end(), 0);
+    std::reverse(order.begin(), order.end());
+    std::multiset<int64_t> seen;
+    std::vector<std::size_t> batches_per_step;
+    for (int rank = 0; rank < c.world; ++rank) {
+      const EpochPlan plan = plan_rest_of_epoch(order, c.consumed, c.world, rank, c.batch, c.accumulate);
+      std::vector<std::size_t> mine;
+      int64_t covered = 0;
+      for (const auto& step : plan.steps) {
+        mine.push_back(step.size());
+        for (const BatchSpan& batch : step) {
+          EXPECT_GE(batch.size, 1);
+          EXPECT_LE(batch.size, c.batch + 1);
+          EXPECT_EQ(batch.start, covered) << "batches follow one another";
+          covered += batch.size;
+        }
+      }
+      EXPECT_EQ(covered, static_cast<int64_t>(plan.samples.size()));
+      if (rank == 0) batches_per_step = mine;
+      EXPECT_EQ(mine, batches_per_step) << "rank " << rank << " runs other collectives than rank 0";
+      seen.insert(plan.samples.begin(), plan.samples.end());
+    }
+    const int64_t rest = std::max<int64_t>(c.size - c.consumed, 0);
+    const int64_t repeats = rest > 0 && rest < c.world ? c.world - rest : 0;
+    EXPECT_EQ(static_cast<int64_t>(seen.size()), rest + repeats);
+    for (int64_t i = c.consumed; i < c.size; ++i) EXPECT_GE(seen.count(order[i]), 1u) << "left out: " << order[i];
+    if (repeats == 0) {
+      for (int64_t i = c.consumed; i < c.size; ++i) EXPECT_EQ(seen.count(order[i]), 1u) << "twice: " << order[i];
+    }
+  }
+}
+
+// Every full step of the rest takes samples in the order's global sequence, so that the samples trained after k
+// steps are a prefix of the rest: the position to continue from after another change of world.
+TEST(EpochPlan, FullStepsOfTheRestConsumeAPrefixOfTheOrder) {
+  std::vector<int64_t> order(500);
+  std::iota(order.begin(), order.end(), 0);
+  const int world = 3;
+  std::set<int64_t> first_two_steps;
+  for (int rank = 0; rank < world; ++rank) {
+    const EpochPlan plan = plan_rest_of_epoch(order, 40, world, rank, 8, 1);
+    ASSERT_GE(plan.steps.size(), 2u);
+    for (int64_t i = 0; i < 16; ++i) first_two_steps.insert(plan.samples[i]);
+  }
+  std::set<int64_t> prefix;
+  for (int64_t i = 40; i < 40 + 2 * world * 8; ++i) prefix.insert(order[i]);
+  EXPECT_EQ(first_two_steps, prefix);
 }
 
 }  // namespace

@@ -1,0 +1,416 @@
+#include "ddp_runtime/recovery.hpp"
+
+#include <c10/util/hash.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "ddp_runtime/error_message.hpp"
+#include "netif.hpp"
+#include "socket.hpp"
+
+namespace ddp::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr char kStandbyProofKey[] = "ddp-train/standby-proof";
+constexpr milliseconds kPoll{10};
+
+std::atomic<int> releasing{0};
+
+std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+std::string text(const std::vector<uint8_t>& value) { return std::string(value.begin(), value.end()); }
+
+// HMAC over SHA-1 (with the inner digest in hex), from the hash LibTorch ships, keyed with the job's key.
+std::string keyed_hash(const Launch& launch, const std::string& message) {
+  std::string key = launch.job_key.empty() ? std::string("no key") : launch.job_key;
+  key.resize(64, '\0');
+  std::string inner_pad = key, outer_pad = key;
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    inner_pad[i] = static_cast<char>(key[i] ^ 0x36);
+    outer_pad[i] = static_cast<char>(key[i] ^ 0x5c);
+  }
+  return c10::sha1(outer_pad + c10::sha1(inner_pad + message).str()).str();
+}
+
+std::string standby_proof(const Launch& launch, const std::string& endpoint) {
+  return keyed_hash(launch,
+                    "ddp-train standby " + launch.run_id + " " + std::to_string(launch.restart_count) + " " + endpoint);
+}
+
+// Every key of every generation lies under a prefix that only the job's key gives.
+std::string key_prefix(const Launch& launch) {
+  return keyed_hash(launch, "ddp-train recovery keys " + launch.run_id + " " + std::to_string(launch.restart_count)) +
+         "/recovery/";
+}
+
+// "address port", as the endpoints travel in the identities (IPv6 addresses hold colons).
+std::pair<std::string, uint16_t> split_endpoint(const std::string& endpoint) {
+  const std::size_t space = endpoint.rfind(' ');
+  if (space == std::string::npos) return {endpoint, 0};
+  return {endpoint.substr(0, space), static_cast<uint16_t>(std::stoi(endpoint.substr(space + 1)))};
+}
+
+c10d::TCPStoreOptions client_options(uint16_t port, milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = port;
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  return options;
+}
+
+// Connects to a standby store and reads its proof within `wait`. The TCPStore client may wait without a deadline
+// for its first answer (LibTorch 2.x), so it runs on a thread of its own, left behind at the deadline.
+compat::StorePtr connect_verified(const std::string& host, uint16_t port, const std::string& proof, milliseconds wait) {
+  struct Attempt {
+    std::mutex mutex;
+    std::condition_variable done_changed;
+    bool done = false;
+    compat::StorePtr store;
+  };
+  auto attempt = std::make_shared<Attempt>();
+  std::thread([attempt, host, port, proof, wait] {
+    compat::StorePtr store;
+    try {
+      store = compat::make_tcp_store(host, client_options(port, wait));
+      store->setTimeout(wait);
+      if (text(store->get(kStandbyProofKey)) != proof) store.reset();
+    } catch (const std::exception&) {
+      store.reset();
+    }
+    std::lock_guard<std::mutex> lock(attempt->mutex);
+    attempt->store = std::move(store);
+    attempt->done = true;
+    attempt->done_changed.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(attempt->mutex);
+  if (!attempt->done_changed.wait_for(lock, wait + milliseconds(500), [&] { return attempt->done; })) return {};
+  return attempt->store;
+}
+
+bool refused(std::string reason) {
+  std::transform(reason.begin(), reason.end(), reason.begin(), [](unsigned char c) { return std::tolower(c); });
+  return reason.find("refused") != std::string::npos;
+}
+
+// A generation's list, as the leader writes it:
+//   formed|fallback
+//   the verdict (empty when formed)
+//   id:step:has_state ... (the members in their new rank order, the source first)
+//   id:dead ... (the members lost)
+struct GenerationList {
+  bool formed = false;
+  std::string verdict;
+  struct Entry {
+    int id = 0;
+    int64_t step = 0;
+    bool has_state = false;
+  };
+  std::vector<Entry> members;
+  std::vector<std::pair<int, bool>> lost;
+
+  std::string encode() const {
+    std::ostringstream out;
+    out << (formed ? "formed" : "fallback") << '\n' << verdict << '\n';
+    for (const Entry& e : members) out << e.id << ':' << e.step << ':' << e.has_state << ' ';
+    out << '\n';
+    for (const auto& [id, dead] : lost) out << id << ':' << dead << ' ';
+    return out.str();
+  }
+
+  static GenerationList decode(const std::string& text) {
+    GenerationList decoded;
+    std::istringstream in(text);
+    std::string line;
+    std::getline(in, line);
+    decoded.formed = line == "formed";
+    std::getline(in, decoded.verdict);
+    std::getline(in, line);
+    std::istringstream members(line);
+    for (std::string item; members >> item;) {
+      Entry e;
+      char colon = 0;
+      int has_state = 0;
+      std::istringstream fields(item);
+      fields >> e.id >> colon >> e.step >> colon >> has_state;
+      e.has_state = has_state != 0;
+      decoded.members.push_back(e);
+    }
+    std::getline(in, line);
+    std::istringstream lost(line);
+    for (std::string item; lost >> item;) {
+      const std::size_t colon = item.find(':');
+      decoded.lost.emplace_back(std::stoi(item.substr(0, colon)), item.substr(colon + 1) == "1");
+    }
+    return decoded;
+  }
+};
+
+std::string report_text(const MemberReport& report) {
+  return std::to_string(report.step) + ":" + (report.has_state ? "1" : "0");
+}
+
+MemberReport parse_report(const std::string& text) {
+  MemberReport report;
+  const std::size_t colon = text.find(':');
+  report.step = std::stoll(text.substr(0, colon));
+  report.has_state = colon != std::string::npos && text.substr(colon + 1) == "1";
+  return report;
+}
+
+bool wait_for_key(const compat::StorePtr& store, const std::string& key, milliseconds timeout) {
+  try {
+    store->wait({key}, timeout);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+struct Recovery::Probe {
+  enum State { Dead, Silent, Answered } state = Silent;
+  compat::StorePtr store;  // Answered: verified, under the job's prefix
+};
+
+std::string describe_lost(const std::vector<Lost>& lost) {
+  std::string names;
+  for (std::size_t i = 0; i < lost.size(); ++i) {
+    names += i == 0 ? "" : i + 1 == lost.size() ? " and " : ", ";
+    names += describe_rank({lost[i].identity}, 0);
+  }
+  return names;
+}
+
+Recovery::Recovery(const Launch& launch, Distributed& dist, RecoverySettings settings)
+    : launch_(launch), dist_(dist), settings_(settings), self_(dist.rank) {
+  const std::string address = advertised_address(launch.socket_ifnames);
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  options.timeout = settings_.timeout;
+  compat::StorePtr server;
+  try {
+    server = compat::make_tcp_store(address, options);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rank " + std::to_string(dist.rank) + " could not host its standby store on " + address +
+                             " for --recover in-place: " + error_summary(e));
+  }
+  const std::string endpoint = address + " " + std::to_string(static_cast<c10d::TCPStore&>(*server).getPort());
+  server->set(kStandbyProofKey, bytes(standby_proof(launch_, endpoint)));
+  standby_ = c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_), server);
+  identities_ = gather_identities(dist_, endpoint);
+  for (std::size_t rank = 0; rank < identities_.size(); ++rank) {
+    members_.push_back({static_cast<int>(rank), identities_[rank]});
+  }
+}
+
+Recovery::~Recovery() = default;
+
+std::string Recovery::key(int64_t generation, const std::string& name) const {
+  return "g" + std::to_string(generation) + "/" + name;
+}
+
+void Recovery::release_group(Distributed& dist) {
+  compat::ProcessGroupPtr group = std::move(dist.group);
+  dist.group = compat::ProcessGroupPtr();
+  if (!group) return;
+  ++releasing;
+  std::thread([group = std::move(group)]() mutable {
+    try {
+      group.reset();
+    } catch (...) {
+      // A group that fails to go has nothing more to say: its ranks are already on their way to a new one.
+    }
+    --releasing;
+  }).detach();
+}
+
+int Recovery::groups_being_released() { return releasing.load(); }
+
+Recovery::Probe Recovery::probe(const Member& member, milliseconds wait) const {
+  const auto [host, port] = split_endpoint(member.identity.standby);
+  try {
+    Socket::connect_to(host, port, Deadline::after(wait));
+  } catch (const NetError& e) {
+    return {refused(e.what()) ? Probe::Dead : Probe::Silent, {}};
+  }
+  const compat::StorePtr store = connect_verified(host, port, standby_proof(launch_, member.identity.standby), wait);
+  if (!store) return {Probe::Silent, {}};
+  store->setTimeout(settings_.timeout);
+  return {Probe::Answered, c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_), store)};
+}
+
+Regrouped Recovery::regroup(const MemberReport& mine) {
+  const auto start = Clock::now();
+  const int64_t generation = generation_ + 1;
+  const std::vector<Member> candidates = members_;
+  for (const Member& candidate : candidates) {
+    Regrouped result;
+    if (candidate.id == self_) {
+      result = lead(generation, mine);
+    } else {
+      const Probe found = probe(candidate, settings_.probe);
+      if (found.state != Probe::Answered) continue;
+      // It lives: it leads once its own collective has failed, within --timeout.
+      if (!wait_for_key(found.store, key(generation, "leader"), settings_.timeout + settings_.join_window)) continue;
+      try {
+        result = follow(generation, found.store, mine);
+      } catch (const LeftOut&) {
+        throw;
+      } catch (const std::exception&) {
+        continue;  // the leader failed while the others waited: the next member that answers leads
+      }
+    }
+    result.seconds = Clock::now() - start;
+    return result;
+  }
+  throw std::runtime_error("no member of generation " + std::to_string(generation_) + " could be reached");
+}
+
+Regrouped Recovery::lead(int64_t generation, const MemberReport& mine) {
+  standby_->set(key(generation, "report/" + std::to_string(self_)), bytes(report_text(mine)));
+  standby_->set(key(generation, "leader"), bytes(std::to_string(self_)));
+  // Each other member is probed at once, on a thread of its own. One that is silent is probed again until the join
+  // window has passed (a loaded node may answer late); one that answers is awaited until it reports; a dead one
+  // is not.
+  const auto start = Clock::now();
+  const auto window_end = start + settings_.join_window;
+  const auto deadline = start + settings_.timeout + settings_.join_window;
+  const auto probe_later = [this](const Member& member) {
+    return std::async(std::launch::async, [this, member] { return probe(member, settings_.probe).state; });
+  };
+  std::map<int, std::future<Probe::State>> probes;
+  for (const Member& member : members_) {
+    if (member.id != self_) probes[member.id] = probe_later(member);
+  }
+  std::map<int, MemberReport> reported{{self_, mine}};
+  std::map<int, Probe::State> found;
+  for (;;) {
+    bool waiting = false;
+    for (const Member& member : members_) {
+      if (reported.count(member.id)) continue;
+      const std::string report = key(generation, "report/" + std::to_string(member.id));
+      if (standby_->check({report})) {
+        reported[member.id] = parse_report(text(standby_->get(report)));
+        continue;
+      }
+      auto& pending = probes[member.id];
+      if (pending.valid() && pending.wait_for(milliseconds(0)) == std::future_status::ready) {
+        found[member.id] = pending.get();
+        if (found[member.id] == Probe::Silent && Clock::now() < window_end) pending = probe_later(member);
+      }
+      const bool settled = found.count(member.id) &&
+                           (found[member.id] == Probe::Dead || (found[member.id] == Probe::Silent && !pending.valid()));
+      if (!settled) waiting = true;
+    }
+    if (!waiting || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(kPoll);
+  }
+
+  GenerationList list;
+  int dead = 0;
+  for (const Member& member : members_) {
+    if (reported.count(member.id)) continue;
+    const bool is_dead = found.count(member.id) && found[member.id] == Probe::Dead;
+    dead += is_dead;
+    list.lost.emplace_back(member.id, is_dead);
+  }
+  // The source: the most steps among members holding a state, the lowest rank among equals.
+  int source = -1;
+  for (const Member& member : members_) {
+    const auto it = reported.find(member.id);
+    if (it == reported.end() || !it->second.has_state) continue;
+    if (source < 0 || it->second.step > reported[source].step) source = member.id;
+  }
+  const auto count = static_cast<int>(reported.size());
+  const int voters = static_cast<int>(members_.size()) - dead;
+  const std::string answered = std::to_string(count) + " of " + std::to_string(members_.size()) + " ranks answer";
+  if (count < settings_.min_ranks) {
+    list.verdict = answered + ", fewer than --min-ranks " + std::to_string(settings_.min_ranks);
+  } else if (2 * count <= voters) {
+    list.verdict = answered + ", no majority of the " + std::to_string(voters) +
+                   " that may live on (a rank that is stopped, hung or cut off may still go on with others)";
+  } else if (source < 0) {
+    list.verdict = "no rank that answers holds a trained state";
+  }
+  list.formed = list.verdict.empty();
+  if (source >= 0) list.members.push_back({source, reported[source].step, true});
+  for (const Member& member : members_) {
+    const auto it = reported.find(member.id);
+    if (it != reported.end() && member.id != source) {
+      list.members.push_back({member.id, it->second.step, it->second.has_state});
+    }
+  }
+  const std::string encoded = list.encode();
+  standby_->set(key(generation, "list"), bytes(encoded));
+  return take_list(generation, encoded, standby_);
+}
+
+Regrouped Recovery::follow(int64_t generation, const compat::StorePtr& store, const MemberReport& mine) {
+  store->set(key(generation, "report/" + std::to_string(self_)), bytes(report_text(mine)));
+  const std::string list_key = key(generation, "list");
+  if (!wait_for_key(store, list_key, settings_.timeout + 2 * settings_.join_window)) {
+    throw std::runtime_error("the leader of generation " + std::to_string(generation) + " closed no list");
+  }
+  return take_list(generation, text(store->get(list_key)), store);
+}
+
+Regrouped Recovery::take_list(int64_t generation, const std::string& encoded, const compat::StorePtr& store) {
+  const GenerationList list = GenerationList::decode(encoded);
+  std::map<int, RankIdentity> known;
+  for (const Member& member : members_) known[member.id] = member.identity;
+  Regrouped result;
+  result.generation = generation;
+  result.formed = list.formed;
+  result.verdict = list.verdict;
+  for (const auto& [id, dead] : list.lost) result.lost.push_back({id, known[id], dead});
+  const auto me = std::find_if(list.members.begin(), list.members.end(), [&](const auto& e) { return e.id == self_; });
+  if (me == list.members.end()) {
+    throw LeftOut(describe_rank({known[self_]}, 0) +
+                  " was left out: the other ranks went on without it as generation " + std::to_string(generation) +
+                  " (it did not answer within " + std::to_string(settings_.probe.count()) +
+                  " ms when they met, or came too late)");
+  }
+  if (!list.members.empty()) {
+    result.source_is_me = list.members.front().id == self_;
+    result.source_step = list.members.front().step;
+    for (const auto& e : list.members) {
+      if (e.step != result.source_step || !e.has_state) result.someone_behind = true;
+    }
+  }
+  if (!list.formed) return result;
+
+  // The generation is this one from here on, also when its group fails to form: the next attempt is a newer one.
+  members_.clear();
+  identities_.clear();
+  for (const auto& e : list.members) {
+    members_.push_back({e.id, known[e.id]});
+    identities_.push_back(known[e.id]);
+  }
+  generation_ = generation;
+  const auto rank = static_cast<int>(me - list.members.begin());
+  const auto size = static_cast<int>(members_.size());
+  auto gloo_store = c10::make_intrusive<c10d::PrefixStore>(key(generation, "gloo/"), store);
+  dist_.group = compat::make_gloo_group(gloo_store, rank, size, launch_.socket_ifnames, settings_.timeout);
+  dist_.rank = rank;
+  dist_.world_size = size;
+  return result;
+}
+
+}  // namespace ddp::runtime

@@ -1,0 +1,160 @@
+// Recovery in place (ddp-train --recover in-place): real ddp-train ranks on this machine, one killed or stopped while
+// they train. The others go on without a restart; a stopped rank that comes back finds itself left out; below
+// --min-ranks the ranks write a snapshot and end, and a restart resumes from it bit for bit. How fast recovery is, is
+// measured in bench/recovery_bench.sh, not here.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "netif.hpp"
+#include "test_support.hpp"
+
+namespace ddp::runtime {
+namespace {
+
+using testing::Process;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Kills every rank still running when the test ends, also when an assertion ended it early.
+struct Ranks {
+  std::vector<Process> processes;
+  Ranks() = default;
+  Ranks(const Ranks&) = delete;
+  Ranks& operator=(const Ranks&) = delete;
+  ~Ranks() {
+    for (const Process& p : processes) {
+      kill(-p.pid, SIGKILL);
+      kill(-p.pid, SIGCONT);
+    }
+    for (const Process& p : processes) testing::wait_at_most(p, std::chrono::seconds(10));
+  }
+  const Process& operator[](std::size_t i) const { return processes[i]; }
+};
+
+std::vector<std::string> recovering_run(const std::string& dir, const std::vector<std::string>& more) {
+  std::vector<std::string> argv{testing::ddp_train(),
+                                "--snapshot-dir",
+                                dir,
+                                "--output",
+                                dir + "/final.pt",
+                                "--workload",
+                                "mlp",
+                                "--width",
+                                "64",
+                                "--samples",
+                                "4096",
+                                "--recover",
+                                "in-place",
+                                "--timeout",
+                                "4"};
+  argv.insert(argv.end(), more.begin(), more.end());
+  return argv;
+}
+
+// The loss rank 0 printed for the run's last epoch.
+double last_loss(const std::string& output) {
+  static const std::regex loss("Epoch [0-9]+ \\| Loss: ([0-9.e+-]+)");
+  double value = -1;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), loss); it != std::sregex_iterator(); ++it) {
+    value = std::stod((*it)[1].str());
+  }
+  return value;
+}
+
+// Starts `count` ranks; once rank `watch` has begun epoch 3, `victim` gets `signal`.
+void start_and_signal(Ranks& ranks, const std::string& dir, int count, int victim, int signal,
+                      const std::vector<std::string>& more, int watch = 0) {
+  ranks.processes = testing::spawn_ranks(count, recovering_run(dir, more), dir);
+  EXPECT_TRUE(testing::wait_for_text(ranks[watch].output_path, "] Epoch 3 | Batchsize", ranks[watch]))
+      << testing::read_text(ranks[watch].output_path);
+  kill(ranks[victim].pid, signal);
+}
+
+TEST(RecoverInPlace, AKilledRankIsLeftBehindAndTheOthersTrainToTheEnd) {
+  const std::string dir = testing::make_temp_dir();
+  Ranks ranks;
+  start_and_signal(ranks, dir, 3, 1, SIGKILL, {"12", "0"});
+  EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(120)), 0);
+  EXPECT_EQ(testing::wait_at_most(ranks[2], std::chrono::seconds(30)), 0);
+  EXPECT_EQ(testing::wait_for(ranks[1]), 128 + SIGKILL);
+  const std::string output = testing::read_text(ranks[0].output_path);
+  EXPECT_TRUE(contains(output, "Recovered in place: rank 1 on " + host_name() + " (cpu) lost (")) << output;
+  EXPECT_TRUE(contains(output, "); 2 ranks went on from step ")) << output;
+  EXPECT_TRUE(contains(output, "Epoch 11 | Loss")) << output;
+  EXPECT_TRUE(contains(output, "Final model saved at " + dir + "/final.pt")) << output;
+  EXPECT_TRUE(contains(output, "ddp-train: training completed in place by 2 of the 3 ranks it started with")) << output;
+  EXPECT_FALSE(contains(testing::read_text(ranks[2].output_path), "ddp-train:")) << "rank 2 reported no error";
+}
+
+// Rank 0 hosts the first store and writes the snapshots: the next rank takes both over.
+TEST(RecoverInPlace, RankZeroKilledTheNextRankLeadsAndWritesTheModel) {
+  const std::string dir = testing::make_temp_dir();
+  Ranks ranks;
+  start_and_signal(ranks, dir, 3, 0, SIGKILL, {"12", "4"}, 1);
+  EXPECT_EQ(testing::wait_at_most(ranks[1], std::chrono::seconds(120)), 0);
+  EXPECT_EQ(testing::wait_at_most(ranks[2], std::chrono::seconds(30)), 0);
+  const std::string output = testing::read_text(ranks[1].output_path);
+  EXPECT_TRUE(contains(output, "Recovered in place: rank 0 on " + host_name() + " (cpu) lost (")) << output;
+  EXPECT_TRUE(contains(output, "Epoch 8 | Training snapshot saved at " + dir + "/snapshot-")) << output;
+  EXPECT_TRUE(contains(output, "Final model saved at " + dir + "/final.pt")) << output;
+}
+
+// A stopped rank fails the others' collective at --timeout; they go on without it, and when it runs again it finds a
+// newer generation without it and ends.
+TEST(RecoverInPlace, AStoppedRankIsLeftOutAndEndsWhenItComesBack) {
+  const std::string dir = testing::make_temp_dir();
+  Ranks ranks;
+  start_and_signal(ranks, dir, 3, 2, SIGSTOP, {"40", "0"});
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Recovered in place", ranks[0]))
+      << testing::read_text(ranks[0].output_path);
+  kill(ranks[2].pid, SIGCONT);
+  EXPECT_EQ(testing::wait_at_most(ranks[2], std::chrono::seconds(60)), 1);
+  EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(120)), 0);
+  EXPECT_EQ(testing::wait_at_most(ranks[1], std::chrono::seconds(30)), 0);
+  const std::string output = testing::read_text(ranks[0].output_path);
+  EXPECT_TRUE(contains(output, "Recovered in place: rank 2 on " + host_name() + " (cpu) lost (")) << output;
+  const std::string stopped = testing::read_text(ranks[2].output_path);
+  EXPECT_TRUE(contains(stopped, "ddp-train: rank 2 on " + host_name() + " (cpu) was left out: the other ranks went on"))
+      << stopped;
+}
+
+// With --min-ranks 3, losing one of 3 ranks leaves too few: the rank with the newest state writes a snapshot of it
+// and all end; the same command started again resumes from it and ends with the model an uninterrupted run ends
+// with, bit for bit.
+TEST(RecoverInPlace, BelowMinRanksASnapshotIsWrittenAndARestartResumesItBitForBit) {
+  const std::string clean = testing::make_temp_dir();
+  const std::vector<std::string> args{"--min-ranks", "3", "8", "0"};
+  for (const auto& rank : testing::run_ranks(3, recovering_run(clean, args), clean)) {
+    ASSERT_EQ(rank.status, 0) << rank.output;
+  }
+  const std::string dir = testing::make_temp_dir();
+  {
+    Ranks ranks;
+    start_and_signal(ranks, dir, 3, 2, SIGKILL, args);
+    EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(60)), 1);
+    EXPECT_EQ(testing::wait_at_most(ranks[1], std::chrono::seconds(60)), 1);
+    const std::string output = testing::read_text(ranks[0].output_path);
+    EXPECT_TRUE(contains(output, "ddp-train: rank 2 on " + host_name() + " (cpu) was lost (")) << output;
+    EXPECT_TRUE(contains(output,
+                         "2 of 3 ranks answer, fewer than --min-ranks 3: training cannot go on in place; "
+                         "this rank wrote a snapshot of step "))
+        << output;
+  }
+  const auto resumed = testing::run_ranks(3, recovering_run(dir, args), dir);
+  for (const auto& rank : resumed) ASSERT_EQ(rank.status, 0) << rank.output;
+  EXPECT_TRUE(contains(resumed[0].output, "Resuming training from snapshot at Epoch ")) << resumed[0].output;
+  const auto a = testing::load_dict(clean + "/final.pt");
+  const auto b = testing::load_dict(dir + "/final.pt");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& item : a) {
+    EXPECT_TRUE(item.value().toTensor().equal(b.at(item.key()).toTensor())) << item.key().toStringRef();
+  }
+  EXPECT_EQ(last_loss(resumed[0].output), last_loss(testing::read_text(clean + "/rank0.log")));
+}
+
+}  // namespace
+}  // namespace ddp::runtime
