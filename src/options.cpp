@@ -67,6 +67,8 @@ void apply_check(Options& options, std::optional<std::string_view>) { options.ch
 
 void apply_keep_going(Options& options, std::optional<std::string_view>) { options.keep_going = true; }
 
+void apply_recover(Options& options, std::optional<std::string_view>) { options.recover = true; }
+
 void apply_snapshot_dir(Options& options, std::optional<std::string_view> value) {
   if (!value || value->empty()) throw Error("--ddp-snapshot-dir needs a directory, e.g. /fsx/%u/%j");
   options.snapshot_dir = std::string(*value);
@@ -178,13 +180,17 @@ const std::vector<OptionSpec>& option_table() {
        "Keep the step running when a task fails (the default ends it, as --kill-on-bad-exit=1 does: a DDP step "
        "that lost a rank cannot finish)",
        ArgKind::None, apply_keep_going},
+      {"ddp-recover", nullptr,
+       "Recover in place: a task that fails or stops answering does not end the step; the others go on without it "
+       "(exports DDP_RECOVER=in-place, which ddp-train follows as --recover in-place)",
+       ArgKind::None, apply_recover},
   };
   return table;
 }
 
 std::optional<bool> kill_on_bad_exit(const Options& options) {
   if (!options.enabled) return std::nullopt;
-  return !options.keep_going;
+  return !options.keep_going && !options.recover;
 }
 
 void apply_option(Options& options, size_t index, const char* optarg) {

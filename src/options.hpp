@@ -28,6 +28,7 @@ struct Options {
   std::optional<std::string> nic;           // unset or "auto": the admin's nic, else chosen per task
   bool check = false;                       // --ddp-check: node checks before the program starts
   bool keep_going = false;                  // --ddp-keep-going: a failed task does not end the step
+  bool recover = false;                     // --ddp-recover: the tasks recover in place; a failed one ends nothing
 };
 
 enum class ArgKind { None, Required, Optional };
@@ -44,8 +45,9 @@ const std::vector<OptionSpec>& option_table();
 
 // srun's --kill-on-bad-exit for a step whose user chose none (no --kill-on-bad-exit, no SLURM_KILL_BAD_EXIT): true
 // for --ddp steps, since a DDP step that lost a rank can never finish and its other ranks would wait in the next
-// collective until PyTorch's timeout (30 minutes); false with --ddp-keep-going; nullopt (slurm.conf's KillOnBadExit
-// applies) for steps without --ddp.
+// collective until PyTorch's timeout (30 minutes); false with --ddp-keep-going, and with --ddp-recover, whose ranks go
+// on without the failed one (and would otherwise get SIGTERM, then SIGKILL: Slurm 26.05, and srun -K on every
+// version); nullopt (slurm.conf's KillOnBadExit applies) for steps without --ddp.
 std::optional<bool> kill_on_bad_exit(const Options& options);
 
 // Applies option `index` of option_table(). An optional argument left out arrives as null, as "" (srun) or as

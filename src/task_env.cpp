@@ -36,6 +36,7 @@ StepPlan plan_step(const StepInfo& step, const Options& options, const Config& c
   plan.topology_cache = config.topology_cache;
   plan.snapshot_dir_timeout = config.snapshot_dir_timeout;
   plan.check = options.check;
+  plan.recover = options.recover;
   plan.master_addr = first_host(step.node_list);
   plan.port =
       choose_master_port(options.port, step.reserved_ports, step.job_id, step.step_id, config.port_range, step.job_key);
@@ -104,6 +105,7 @@ TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user) {
   // PyTorch 2.4+ asks TCPStore for its libuv server, which torch builds without libuv (Debian's, Ubuntu's) refuse
   // at init_process_group; the classic server, torch's default before 2.4, works with every build.
   env.set_default("USE_LIBUV", "0");
+  if (plan.recover) env.set("DDP_RECOVER", "in-place");
   if (plan.snapshot_dir_explicit) {
     env.set("DDP_SNAPSHOT_DIR", plan.snapshot_dir);
   } else if (!plan.snapshot_dir.empty()) {

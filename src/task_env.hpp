@@ -27,6 +27,7 @@ struct StepPlan {
   std::string topology_cache;                             // the admin's topology_cache; empty: none
   std::chrono::milliseconds snapshot_dir_timeout{30000};  // the admin's snapshot_dir_timeout
   bool check = false;
+  bool recover = false;  // --ddp-recover: DDP_RECOVER=in-place
 };
 
 // Throws ddp::Error for a malformed node list, a bad reserved-port variable or an admin port range that

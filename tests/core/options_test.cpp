@@ -98,6 +98,15 @@ TEST(Options, ADdpStepEndsWhenATaskFailsUnlessKeepGoing) {
   EXPECT_FALSE(kill_on_bad_exit(options));
 }
 
+// A step whose ranks recover in place goes on when one fails: srun must not end it, and the tasks learn the mode.
+TEST(Options, ARecoveringStepIsNotEndedByAFailedTask) {
+  Options options;
+  apply_option(options, index_of("ddp"), nullptr);
+  apply_option(options, index_of("ddp-recover"), nullptr);
+  EXPECT_TRUE(options.recover);
+  EXPECT_EQ(kill_on_bad_exit(options), false);
+}
+
 TEST(Options, EveryOptionIsNamedAndDocumented) {
   for (const OptionSpec& spec : option_table()) {
     EXPECT_EQ(std::string(spec.name).rfind("ddp", 0), 0u) << spec.name;

@@ -93,6 +93,18 @@ TEST(TaskEnv, UserThreadsWinButStaleContractValuesAreReplaced) {
   }
 }
 
+// --ddp-recover tells the program to recover in place; without it, no DDP_RECOVER, whatever the user's environment.
+TEST(TaskEnv, RecoverInPlaceOnlyWhenAsked) {
+  Options options = ddp_on();
+  EXPECT_EQ(
+      task_env(plan_step(two_by_two(0), options, Config{}, kEphemeral), {0, 0, 0}, user_env({})).value("DDP_RECOVER"),
+      std::nullopt);
+  options.recover = true;
+  const TaskEnv env =
+      task_env(plan_step(two_by_two(0), options, Config{}, kEphemeral), {0, 0, 0}, user_env({{"DDP_RECOVER", "none"}}));
+  EXPECT_EQ(env.value("DDP_RECOVER"), "in-place");
+}
+
 TEST(TaskEnv, BackendAndPortFromOptionsOrAdminDefaults) {
   Config config;
   config.default_backend = Backend::Gloo;
