@@ -234,6 +234,10 @@ TrainOptions parse_train_args(const std::vector<std::string>& args, const EnvLoo
       options.json = true;
       continue;
     }
+    if (arg == "--join") {
+      options.join = true;
+      continue;
+    }
     const std::size_t equals = arg.find('=');
     const std::string name = arg.substr(0, equals);
     const auto setter = value_options().find(name);
@@ -252,6 +256,10 @@ TrainOptions parse_train_args(const std::vector<std::string>& args, const EnvLoo
   if (!recover_given) {
     if (const auto mode = env("DDP_RECOVER"); mode && !mode->empty())
       options.recover = parse_recover_mode("DDP_RECOVER", *mode);
+  }
+  if (env("DDP_JOIN").value_or("") == "1") options.join = true;
+  if (options.join && options.recover != RecoverMode::InPlace) {
+    throw Error("--join (DDP_JOIN=1) joins a run that recovers in place; add --recover in-place (DDP_RECOVER)");
   }
   check_combination(options, workload_given);
   return options;
@@ -315,8 +323,11 @@ options:
                                restart (DDP_RECOVER, which srun --ddp-recover sets; none: the run ends)
   --min-ranks N                in place: with fewer ranks left, or no majority, the ranks write a snapshot and
                                end, for a restart from it (1)
+  --join                       in place: this process replaces a lost rank of the running group (the same
+                               command, --snapshot-dir and job): it asks rank 0 to join, takes its state at the
+                               next step boundary and trains on (DDP_JOIN=1)
 environment: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT GLOO_SOCKET_IFNAME
-  DDP_BACKEND DDP_RECOVER DDP_SNAPSHOT_DIR SLURM_JOB_ID TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT OMP_NUM_THREADS;
+  DDP_BACKEND DDP_RECOVER DDP_JOIN DDP_SNAPSHOT_DIR SLURM_JOB_ID TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT OMP_NUM_THREADS;
   OMPI_COMM_WORLD_* under mpirun
 exit status: 0 done, 1 failure, 2 bad input, 75 stopped by SIGUSR2 after a snapshot; on failure the error also
   goes to TORCHELASTIC_ERROR_FILE in torchrun's format (srun --ddp sets it; ddp-why reads it)

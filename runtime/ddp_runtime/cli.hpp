@@ -68,6 +68,7 @@ struct TrainOptions {
   bool json = false;                        // rank 0 also prints each epoch's per-rank scores as a JSON line
   RecoverMode recover = RecoverMode::None;  // --recover, else DDP_RECOVER (srun --ddp-recover sets it)
   int min_ranks = 1;                        // in place: fewer ranks fall back to a restart from a snapshot
+  bool join = false;                        // --join (DDP_JOIN=1): a replacement that joins the running group
   bool help = false;
 };
 

@@ -26,9 +26,11 @@ constexpr milliseconds kLetRankZeroEnd{2000};
 constexpr milliseconds kVerdictRead{1000};
 constexpr std::size_t kNamedAtMost = 16;
 
-// What Gloo, NCCL and c10d say when a collective failed because of a peer.
-constexpr const char* kPeerFailures[] = {"timed out",   "connection closed by peer", "connection reset by peer",
-                                         "broken pipe", "communicator was aborted",  "operation timeout"};
+// What Gloo, NCCL and c10d say when a collective failed because of a peer (c10d's store: "Socket Timeout" when a
+// peer never wrote the key a rendezvous waits for).
+constexpr const char* kPeerFailures[] = {"timed out",     "connection closed by peer", "connection reset by peer",
+                                         "broken pipe",   "communicator was aborted",  "operation timeout",
+                                         "socket timeout"};
 
 std::string lower(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cctype>
 #include <condition_variable>
+#include <fstream>
 #include <future>
 #include <map>
 #include <mutex>
@@ -45,15 +46,15 @@ std::string keyed_hash(const Launch& launch, const std::string& message) {
   return c10::sha1(outer_pad + c10::sha1(inner_pad + message).str()).str();
 }
 
-std::string standby_proof(const Launch& launch, const std::string& endpoint) {
-  return keyed_hash(launch,
-                    "ddp-train standby " + launch.run_id + " " + std::to_string(launch.restart_count) + " " + endpoint);
+// Bound to the run (the Slurm job, which every step of it shares: a replacement runs in a step of its own) and to
+// the endpoint.
+std::string standby_proof(const Launch& launch, const std::string& run_id, const std::string& endpoint) {
+  return keyed_hash(launch, "ddp-train standby " + run_id + " " + endpoint);
 }
 
 // Every key of every generation lies under a prefix that only the job's key gives.
-std::string key_prefix(const Launch& launch) {
-  return keyed_hash(launch, "ddp-train recovery keys " + launch.run_id + " " + std::to_string(launch.restart_count)) +
-         "/recovery/";
+std::string key_prefix(const Launch& launch, const std::string& run_id) {
+  return keyed_hash(launch, "ddp-train recovery keys " + run_id) + "/recovery/";
 }
 
 // "address port", as the endpoints travel in the identities (IPv6 addresses hold colons).
@@ -106,59 +107,6 @@ bool refused(std::string reason) {
   return reason.find("refused") != std::string::npos;
 }
 
-// A generation's list, as the leader writes it:
-//   formed|fallback
-//   the verdict (empty when formed)
-//   id:step:has_state ... (the members in their new rank order, the source first)
-//   id:dead ... (the members lost)
-struct GenerationList {
-  bool formed = false;
-  std::string verdict;
-  struct Entry {
-    int id = 0;
-    int64_t step = 0;
-    bool has_state = false;
-  };
-  std::vector<Entry> members;
-  std::vector<std::pair<int, bool>> lost;
-
-  std::string encode() const {
-    std::ostringstream out;
-    out << (formed ? "formed" : "fallback") << '\n' << verdict << '\n';
-    for (const Entry& e : members) out << e.id << ':' << e.step << ':' << e.has_state << ' ';
-    out << '\n';
-    for (const auto& [id, dead] : lost) out << id << ':' << dead << ' ';
-    return out.str();
-  }
-
-  static GenerationList decode(const std::string& text) {
-    GenerationList decoded;
-    std::istringstream in(text);
-    std::string line;
-    std::getline(in, line);
-    decoded.formed = line == "formed";
-    std::getline(in, decoded.verdict);
-    std::getline(in, line);
-    std::istringstream members(line);
-    for (std::string item; members >> item;) {
-      Entry e;
-      char colon = 0;
-      int has_state = 0;
-      std::istringstream fields(item);
-      fields >> e.id >> colon >> e.step >> colon >> has_state;
-      e.has_state = has_state != 0;
-      decoded.members.push_back(e);
-    }
-    std::getline(in, line);
-    std::istringstream lost(line);
-    for (std::string item; lost >> item;) {
-      const std::size_t colon = item.find(':');
-      decoded.lost.emplace_back(std::stoi(item.substr(0, colon)), item.substr(colon + 1) == "1");
-    }
-    return decoded;
-  }
-};
-
 std::string report_text(const MemberReport& report) {
   return std::to_string(report.step) + ":" + (report.has_state ? "1" : "0");
 }
@@ -182,10 +130,75 @@ bool wait_for_key(const compat::StorePtr& store, const std::string& key, millise
 
 }  // namespace
 
+// A generation's list, as the leader writes it, one field per line or tab:
+//   formed|fallback
+//   the verdict (empty when formed)
+//   the member id the next replacement gets
+//   the number of members, then per member, in their new rank order (the source first):
+//     id, steps, holds a state (1/0), host, device, standby endpoint
+//   the number of members lost, then per member lost: id, dead (1/0)
+struct Recovery::GenerationList {
+  bool formed = false;
+  std::string verdict;
+  int next_id = 0;
+  struct Entry {
+    int id = 0;
+    int64_t step = 0;
+    bool has_state = false;
+    RankIdentity identity;
+  };
+  std::vector<Entry> members;
+  std::vector<std::pair<int, bool>> lost;
+
+  std::string encode() const {
+    std::ostringstream out;
+    out << (formed ? "formed" : "fallback") << '\n' << verdict << '\n' << next_id << '\n' << members.size() << '\n';
+    for (const Entry& e : members) {
+      out << e.id << '\t' << e.step << '\t' << e.has_state << '\t' << e.identity.host << '\t' << e.identity.device
+          << '\t' << e.identity.standby << '\n';
+    }
+    out << lost.size() << '\n';
+    for (const auto& [id, dead] : lost) out << id << '\t' << dead << '\n';
+    return out.str();
+  }
+
+  static GenerationList decode(const std::string& text) {
+    GenerationList decoded;
+    std::istringstream in(text);
+    std::string line;
+    std::getline(in, line);
+    decoded.formed = line == "formed";
+    std::getline(in, decoded.verdict);
+    std::getline(in, line);
+    decoded.next_id = std::stoi(line);
+    std::getline(in, line);
+    for (int i = std::stoi(line); i > 0 && std::getline(in, line); --i) {
+      std::vector<std::string> fields;
+      std::istringstream row(line);
+      for (std::string field; std::getline(row, field, '\t');) fields.push_back(field);
+      fields.resize(6);
+      Entry e;
+      e.id = std::stoi(fields[0]);
+      e.step = std::stoll(fields[1]);
+      e.has_state = fields[2] == "1";
+      e.identity = {fields[3], fields[4], fields[5], e.id};
+      decoded.members.push_back(e);
+    }
+    std::getline(in, line);
+    for (int i = std::stoi(line); i > 0 && std::getline(in, line); --i) {
+      const std::size_t tab = line.find('\t');
+      decoded.lost.emplace_back(std::stoi(line.substr(0, tab)), line.substr(tab + 1) == "1");
+    }
+    return decoded;
+  }
+};
+
 struct Recovery::Probe {
   enum State { Dead, Silent, Answered } state = Silent;
   compat::StorePtr store;  // Answered: verified, under the job's prefix
 };
+
+std::string group_file_name(const std::string& run_id) { return ".ddp-group-" + run_id; }
 
 std::string describe_lost(const std::vector<Lost>& lost) {
   std::string names;
@@ -197,8 +210,26 @@ std::string describe_lost(const std::vector<Lost>& lost) {
 }
 
 Recovery::Recovery(const Launch& launch, Distributed& dist, RecoverySettings settings)
-    : launch_(launch), dist_(dist), settings_(settings), self_(dist.rank) {
-  const std::string address = advertised_address(launch.socket_ifnames);
+    : launch_(launch), dist_(dist), settings_(std::move(settings)), self_(dist.rank) {
+  host_standby();
+  identities_ = gather_identities(dist_, endpoint_);
+  for (std::size_t rank = 0; rank < identities_.size(); ++rank) {
+    members_.push_back({static_cast<int>(rank), identities_[rank]});
+  }
+  next_id_ = static_cast<int>(members_.size());
+}
+
+Recovery::Recovery(const Launch& launch, Distributed& dist, RecoverySettings settings, ReplacementTag)
+    : launch_(launch), dist_(dist), settings_(std::move(settings)), self_(-1) {
+  host_standby();
+}
+
+std::unique_ptr<Recovery> Recovery::replacement(const Launch& launch, Distributed& dist, RecoverySettings settings) {
+  return std::unique_ptr<Recovery>(new Recovery(launch, dist, std::move(settings), ReplacementTag{}));
+}
+
+void Recovery::host_standby() {
+  const std::string address = advertised_address(launch_.socket_ifnames);
   c10d::TCPStoreOptions options;
   options.port = 0;
   options.isServer = true;
@@ -208,16 +239,12 @@ Recovery::Recovery(const Launch& launch, Distributed& dist, RecoverySettings set
   try {
     server = compat::make_tcp_store(address, options);
   } catch (const std::exception& e) {
-    throw std::runtime_error("rank " + std::to_string(dist.rank) + " could not host its standby store on " + address +
-                             " for --recover in-place: " + error_summary(e));
+    throw std::runtime_error("rank " + std::to_string(launch_.rank) + " could not host its standby store on " +
+                             address + " for --recover in-place: " + error_summary(e));
   }
-  const std::string endpoint = address + " " + std::to_string(static_cast<c10d::TCPStore&>(*server).getPort());
-  server->set(kStandbyProofKey, bytes(standby_proof(launch_, endpoint)));
-  standby_ = c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_), server);
-  identities_ = gather_identities(dist_, endpoint);
-  for (std::size_t rank = 0; rank < identities_.size(); ++rank) {
-    members_.push_back({static_cast<int>(rank), identities_[rank]});
-  }
+  endpoint_ = address + " " + std::to_string(static_cast<c10d::TCPStore&>(*server).getPort());
+  server->set(kStandbyProofKey, bytes(standby_proof(launch_, settings_.run_id, endpoint_)));
+  standby_ = c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), server);
 }
 
 Recovery::~Recovery() = default;
@@ -250,10 +277,11 @@ Recovery::Probe Recovery::probe(const Member& member, milliseconds wait) const {
   } catch (const NetError& e) {
     return {refused(e.what()) ? Probe::Dead : Probe::Silent, {}};
   }
-  const compat::StorePtr store = connect_verified(host, port, standby_proof(launch_, member.identity.standby), wait);
+  const compat::StorePtr store =
+      connect_verified(host, port, standby_proof(launch_, settings_.run_id, member.identity.standby), wait);
   if (!store) return {Probe::Silent, {}};
   store->setTimeout(settings_.timeout);
-  return {Probe::Answered, c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_), store)};
+  return {Probe::Answered, c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), store)};
 }
 
 Regrouped Recovery::regroup(const MemberReport& mine) {
@@ -265,7 +293,13 @@ Regrouped Recovery::regroup(const MemberReport& mine) {
     if (candidate.id == self_) {
       result = lead(generation, mine);
     } else {
-      const Probe found = probe(candidate, settings_.probe);
+      // A silent candidate is probed again until the join window has passed: a loaded node may answer late, and
+      // skipping a live candidate would make two leaders (the quorum keeps them from both going on, but then
+      // neither does).
+      Probe found = probe(candidate, settings_.probe);
+      while (found.state == Probe::Silent && Clock::now() < start + settings_.join_window) {
+        found = probe(candidate, settings_.probe);
+      }
       if (found.state != Probe::Answered) continue;
       // It lives: it leads once its own collective has failed, within --timeout.
       if (!wait_for_key(found.store, key(generation, "leader"), settings_.timeout + settings_.join_window)) continue;
@@ -350,13 +384,17 @@ Regrouped Recovery::lead(int64_t generation, const MemberReport& mine) {
     list.verdict = "no rank that answers holds a trained state";
   }
   list.formed = list.verdict.empty();
-  if (source >= 0) list.members.push_back({source, reported[source].step, true});
+  list.next_id = next_id_;
+  std::map<int, RankIdentity> known;
+  for (const Member& member : members_) known[member.id] = member.identity;
+  if (source >= 0) list.members.push_back({source, reported[source].step, true, known[source]});
   for (const Member& member : members_) {
     const auto it = reported.find(member.id);
     if (it != reported.end() && member.id != source) {
-      list.members.push_back({member.id, it->second.step, it->second.has_state});
+      list.members.push_back({member.id, it->second.step, it->second.has_state, member.identity});
     }
   }
+  if (list.formed) admit_replacements(generation, list);
   const std::string encoded = list.encode();
   standby_->set(key(generation, "list"), bytes(encoded));
   return take_list(generation, encoded, standby_);
@@ -375,6 +413,7 @@ Regrouped Recovery::take_list(int64_t generation, const std::string& encoded, co
   const GenerationList list = GenerationList::decode(encoded);
   std::map<int, RankIdentity> known;
   for (const Member& member : members_) known[member.id] = member.identity;
+  for (const auto& e : list.members) known[e.id] = e.identity;
   Regrouped result;
   result.generation = generation;
   result.formed = list.formed;
@@ -392,6 +431,7 @@ Regrouped Recovery::take_list(int64_t generation, const std::string& encoded, co
     result.source_step = list.members.front().step;
     for (const auto& e : list.members) {
       if (e.step != result.source_step || !e.has_state) result.someone_behind = true;
+      if (!e.has_state) result.joined.push_back(e.identity);
     }
   }
   if (!list.formed) return result;
@@ -404,6 +444,7 @@ Regrouped Recovery::take_list(int64_t generation, const std::string& encoded, co
     identities_.push_back(known[e.id]);
   }
   generation_ = generation;
+  next_id_ = list.next_id;
   const auto rank = static_cast<int>(me - list.members.begin());
   const auto size = static_cast<int>(members_.size());
   auto gloo_store = c10::make_intrusive<c10d::PrefixStore>(key(generation, "gloo/"), store);
@@ -411,6 +452,92 @@ Regrouped Recovery::take_list(int64_t generation, const std::string& encoded, co
   dist_.rank = rank;
   dist_.world_size = size;
   return result;
+}
+
+// Rank 0 takes every replacement that asked at its store into the generation it forms: each gets the next free
+// member id, no state (rank 0 sends it the state), and learns the generation it belongs to.
+void Recovery::admit_replacements(int64_t generation, GenerationList& list) {
+  const int64_t asked = standby_->add("joins", 0);
+  for (; joins_admitted_ < asked; ++joins_admitted_) {
+    const std::string request = "join/" + std::to_string(joins_admitted_ + 1);
+    if (!standby_->check({request})) break;  // asked but not yet written: the next generation takes it
+    std::vector<std::string> fields;
+    std::istringstream row(text(standby_->get(request)));
+    for (std::string field; std::getline(row, field, '\t');) fields.push_back(field);
+    fields.resize(3);
+    const int id = list.next_id++;
+    list.members.push_back({id, 0, false, RankIdentity{fields[0], fields[1], fields[2], id}});
+    standby_->set(request + "/generation", bytes(std::to_string(generation)));
+  }
+}
+
+bool Recovery::joins_pending() { return standby_->add("joins", 0) > joins_admitted_; }
+
+std::string Recovery::group_file() const {
+  std::string text = "ddp-train group " + std::to_string(generation_) + "\n";
+  for (const Member& member : members_) text += std::to_string(member.id) + "\t" + member.identity.standby + "\n";
+  return text;
+}
+
+namespace {
+
+// The group file's members, in rank order: id and standby endpoint. Empty when it does not exist or does not parse.
+std::vector<std::pair<int, std::string>> read_group_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<std::pair<int, std::string>> members;
+  if (!std::getline(in, line) || line.rfind("ddp-train group ", 0) != 0) return members;
+  while (std::getline(in, line) && members.size() < 100000) {
+    const std::size_t tab = line.find('\t');
+    if (tab == std::string::npos || tab == 0) return {};
+    try {
+      members.emplace_back(std::stoi(line.substr(0, tab)), line.substr(tab + 1));
+    } catch (const std::exception&) {
+      return {};
+    }
+  }
+  return members;
+}
+
+}  // namespace
+
+Regrouped Recovery::join(const std::string& group_file_path, const std::function<void(const std::string&)>& asked) {
+  const auto start = Clock::now();
+  const auto deadline = start + 2 * settings_.timeout;
+  std::string why = "no group file " + group_file_path + " (is the run going, with the same --snapshot-dir?)";
+  while (Clock::now() < deadline) {
+    const auto members = read_group_file(group_file_path);
+    if (!members.empty()) {
+      // The current rank 0 admits replacements; a rank 0 that does not answer is being replaced itself, and the
+      // group file names the next one once the others have regrouped.
+      const Member leader{members.front().first, RankIdentity{"", "", members.front().second, members.front().first}};
+      const Probe found = probe(leader, settings_.probe);
+      why = "rank " + std::to_string(leader.id) + " named by " + group_file_path + " did not answer at " +
+            leader.identity.standby;
+      if (found.state == Probe::Answered) {
+        const int64_t ticket = found.store->add("joins", 1);
+        const std::string request = "join/" + std::to_string(ticket);
+        found.store->set(request, bytes(host_name() + "\t" + dist_.device.str() + "\t" + endpoint_));
+        asked("asked rank " + std::to_string(leader.id) + " to join the run (request " + std::to_string(ticket) + ")");
+        why = "rank " + std::to_string(leader.id) + " did not admit this replacement within the timeout";
+        if (wait_for_key(found.store, request + "/generation", settings_.timeout)) {
+          const int64_t generation = std::stoll(text(found.store->get(request + "/generation")));
+          const std::string list_key = key(generation, "list");
+          if (wait_for_key(found.store, list_key, settings_.timeout)) {
+            const std::string encoded = text(found.store->get(list_key));
+            for (const auto& e : GenerationList::decode(encoded).members) {
+              if (e.identity.standby == endpoint_) self_ = e.id;
+            }
+            Regrouped result = take_list(generation, encoded, found.store);
+            result.seconds = Clock::now() - start;
+            return result;
+          }
+        }
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  throw std::runtime_error("this replacement could not join the run: " + why);
 }
 
 }  // namespace ddp::runtime

@@ -12,7 +12,8 @@
 //
 // Who is alive. A rank whose collective failed walks the previous generation's members in order: itself, and it
 // leads; a member whose standby port refuses connections, dead (its process is gone), skipped; one that does not
-// show its proof within a second, silent (stopped, hung or cut off), skipped; one that answers, awaited until it
+// show its proof within a second, again and again through the join window (1.5 s), silent (stopped, hung or cut
+// off), skipped; one that answers, awaited until it
 // leads (it may still be inside its own collective, for up to --timeout). The leader takes reports until every
 // member has reported, been found dead, or stayed silent through the join window (1.5 s), then closes the generation.
 //
@@ -24,6 +25,16 @@
 // Below the quorum or --min-ranks the members fall back to a restart from a snapshot, which the member with the
 // newest state writes first.
 //
+// A replacement. A new process (`ddp-train --join`, or DDP_JOIN=1: a new srun step on a spare node, or started by
+// hand) hosts its standby store, reads the group file the current rank 0 keeps in the snapshot directory
+// (".ddp-group-<run>": the generation and every rank's standby endpoint), proves rank 0's store, and asks to join
+// there. Rank 0 sees the request at its next stop poll (a one-element all-reduce about every half second of
+// training, which carries the request to every rank), and at that step boundary the ranks form the next
+// generation with the replacement in it: it gets the next free rank number and has no state, so rank 0 sends it
+// everything (model, optimizer, generator, sampler position) over the new group, which runs over each task's own
+// NIC (GLOO_SOCKET_IFNAME), and the group has grown back. A replacement that dies while it is being healed fails
+// that collective, and the others recover without it as from any failure.
+//
 // The state. Replicas are identical after each completed step; the step in flight is discarded (each rank puts back
 // its random number generator and buffers). A member that completed one more step than another (it received the
 // last all-reduce before the peer died) is ahead: the member with the most steps, the lowest-ranked among equals,
@@ -31,6 +42,7 @@
 // every member's, so each rank knows whether anyone must be sent the state.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -45,6 +57,7 @@
 namespace ddp::runtime {
 
 struct RecoverySettings {
+  std::string run_id;  // the run (the Slurm job), which a replacement in another step of the job shares
   int min_ranks = 1;
   std::chrono::milliseconds timeout{1800000};  // the process group's (--timeout)
   std::chrono::milliseconds probe{1000};       // how long a member has to show its proof before it counts as silent
@@ -75,8 +88,12 @@ struct Regrouped {
   bool someone_behind = false;  // a member must be sent the source's state
   int64_t source_step = 0;
   std::vector<Lost> lost;
+  std::vector<RankIdentity> joined;          // replacements taken in (they hold no state yet)
   std::chrono::duration<double> seconds{0};  // from the start of regroup() to the generation's group
 };
+
+// The group file a replacement reads: under the snapshot directory, one per run.
+std::string group_file_name(const std::string& run_id);
 
 // This rank was left out of a generation that formed without it (it was silent when the others met): it ends.
 class LeftOut : public std::runtime_error {
@@ -89,6 +106,8 @@ class Recovery {
   // Collective on the generation-0 group: hosts this rank's standby store (its endpoint goes into each rank's
   // identity) and learns every rank's. Throws std::runtime_error when the store cannot be hosted.
   Recovery(const Launch& launch, Distributed& dist, RecoverySettings settings);
+  // A replacement: hosts its standby store only; join() then finds the group.
+  static std::unique_ptr<Recovery> replacement(const Launch& launch, Distributed& dist, RecoverySettings settings);
   ~Recovery();
   Recovery(const Recovery&) = delete;
   Recovery& operator=(const Recovery&) = delete;
@@ -109,6 +128,17 @@ class Recovery {
   // failed to meet the others at all.
   Regrouped regroup(const MemberReport& mine);
 
+  // A replacement: reads the group file at `group_file`, asks the current rank 0 to join and waits, within
+  // --timeout, to be admitted; then, like regroup(), puts the new generation's group into `dist`. Throws
+  // std::runtime_error naming what failed (no group file, no rank 0 that answers, not admitted in time).
+  // `asked` is told once the request is made.
+  Regrouped join(const std::string& group_file, const std::function<void(const std::string&)>& asked);
+
+  // Rank 0: whether a replacement asked to join since the last generation formed (a call to its own store).
+  bool joins_pending();
+  // The group file's text for the current generation, which rank 0 writes.
+  std::string group_file() const;
+
  private:
   struct Member {
     int id = 0;
@@ -119,6 +149,11 @@ class Recovery {
   Regrouped lead(int64_t generation, const MemberReport& mine);
   Regrouped follow(int64_t generation, const compat::StorePtr& store, const MemberReport& mine);
   Regrouped take_list(int64_t generation, const std::string& list, const compat::StorePtr& store);
+  struct ReplacementTag {};
+  Recovery(const Launch& launch, Distributed& dist, RecoverySettings settings, ReplacementTag);
+  void host_standby();
+  struct GenerationList;
+  void admit_replacements(int64_t generation, GenerationList& list);
   Probe probe(const Member& member, std::chrono::milliseconds wait) const;
   std::string key(int64_t generation, const std::string& name) const;
 
@@ -127,6 +162,9 @@ class Recovery {
   RecoverySettings settings_;
   int self_ = 0;  // this member's id
   compat::StorePtr standby_;
+  std::string endpoint_;         // this member's standby endpoint, "address port"
+  int64_t joins_admitted_ = 0;   // rank 0: requests to join taken into a generation so far
+  int next_id_ = 0;              // the member id the next replacement gets
   std::vector<Member> members_;  // of the current generation, in rank order
   std::vector<RankIdentity> identities_;
   int64_t generation_ = 0;

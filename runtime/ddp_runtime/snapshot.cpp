@@ -241,7 +241,9 @@ void read_progress(const GenericDict& dict, const std::string& path, SnapshotCon
   c.progress.schedule_step = sampler.contains("schedule_step")
                                  ? number(sampler.at("schedule_step"), "schedule_step", path)
                                  : static_cast<double>(c.progress.global_step);
-  c.progress.planned_world = sampler.contains("planned_world") ? sampler.at("planned_world").toInt() : 0;
+  // Written only when it differs from the layout's world (a world that changed in place).
+  c.progress.planned_world =
+      sampler.contains("planned_world") ? sampler.at("planned_world").toInt() : c.progress.world_size;
 }
 
 SnapshotContent from_dict(const GenericDict& dict, const std::string& path) {
@@ -518,6 +520,12 @@ void SnapshotStore::before_update() {
   stage_once(*pending_);
   pending_.reset();
   blocked_ += Clock::now() - start;
+}
+
+void SnapshotStore::write_file(const std::string& name, const std::string& text) {
+  AtomicFile file = files_.create_file(name);
+  file.write(text.data(), text.size());
+  file.commit();
 }
 
 std::string SnapshotStore::save(const SnapshotContent& live) {

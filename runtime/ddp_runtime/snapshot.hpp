@@ -146,6 +146,8 @@ class SnapshotStore {
   void wait();
   // Throws once kMaxFailedSnapshots writes in a row have failed; cheap enough for every step.
   void check_failures();
+  // A small file of the run beside the snapshots (recovery.hpp's group file), written atomically; throws on failure.
+  void write_file(const std::string& name, const std::string& text);
 
   const std::string& dir() const { return files_.dir(); }
   // Time save_async and before_update kept their caller from training, in total, and how many snapshots.

@@ -454,6 +454,8 @@ AtomicFile SnapshotFiles::create(const SnapshotName& name) const {
   return AtomicFile(dir_.fd(), dir(), snapshot_file_name(name));
 }
 
+AtomicFile SnapshotFiles::create_file(const std::string& name) const { return AtomicFile(dir_.fd(), dir(), name); }
+
 void SnapshotFiles::remove(const SnapshotName& name) const { unlinkat(dir_.fd(), snapshot_file_name(name).c_str(), 0); }
 
 std::string SnapshotFiles::set_aside(const SnapshotName& name) const {

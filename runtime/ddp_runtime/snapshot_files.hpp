@@ -121,6 +121,8 @@ class SnapshotFiles {
 
   SnapshotFile open(const SnapshotName& name) const;
   AtomicFile create(const SnapshotName& name) const;
+  // Another file of the run in the directory (a hidden one, never counted as a snapshot).
+  AtomicFile create_file(const std::string& name) const;
   void remove(const SnapshotName& name) const;
   // Renames a file that failed to load to "<name>.corrupt": kept for a look, never read or counted again.
   // Returns the new path.

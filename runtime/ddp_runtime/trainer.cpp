@@ -9,10 +9,12 @@
 #include <ATen/ops/zeros.h>
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -49,6 +51,25 @@ constexpr int64_t kMaxStopPollSteps = 10000;
 // a few seconds, plus twice a step, since the ranks reach the failed collective up to a step apart.
 constexpr std::chrono::milliseconds kPeerCheckWindow{3000};
 constexpr std::chrono::milliseconds kPeerCheckMaxWindow{60000};
+
+// When this process started (the kernel's record, before any library loaded): a replacement reports how long it
+// took to contribute its first step.
+Clock::time_point process_start() {
+  std::ifstream stat("/proc/self/stat");
+  std::ifstream uptime("/proc/uptime");
+  std::string line;
+  double up = 0;
+  if (!std::getline(stat, line) || !(uptime >> up)) return Clock::now();
+  // Field 22, the start in clock ticks after boot, counted after the command's closing parenthesis (field 2).
+  std::istringstream fields(line.substr(line.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i < 22 && fields >> field; ++i) {
+  }
+  unsigned long long ticks = 0;
+  if (!(fields >> ticks)) return Clock::now();
+  const double age = up - static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  return Clock::now() - std::chrono::duration_cast<Clock::duration>(Seconds(std::max(age, 0.0)));
+}
 
 // Lines of the training thread and of the snapshot writer thread never interleave.
 class Console {
@@ -306,14 +327,18 @@ class Trainer {
   }
 
   void restore(const LoadedSnapshot& snapshot);
-  int train();
+  // `joined`: this process is a replacement that joined the run as that generation (recovery.hpp).
+  int train(const std::optional<Regrouped>& joined = std::nullopt);
 
  private:
   int64_t planned_steps(int64_t world) const;
   EpochPlan plan_for(int64_t epoch);
-  bool run_epoch(int64_t epoch);
+  // How an epoch's loop ended: at its end, stopped on request, or paused at a step boundary for replacements.
+  enum class EpochEnd { Done, Stopped, Paused };
+  EpochEnd run_epoch(int64_t epoch);
+  enum class Boundary { Go, Stop, Admit };
+  Boundary poll(Seconds step_time);
   void run_step(const at::Tensor& samples, const std::vector<BatchSpan>& batches, int64_t epoch);
-  bool stop_agreed(Seconds step_time);
   void after_step(int64_t epoch, bool epoch_end);
   SnapshotContent live_content();
   void apply_state(const SnapshotContent& state, const std::string& source);
@@ -324,12 +349,13 @@ class Trainer {
   bool recoverable(const std::exception& e) const;
   void save_step_start();
   void roll_back_step();
-  void recover(std::string why);
+  void regroup(std::string why, bool failed);
   void join_generation(const Regrouped& regrouped);
   void take_state_from_rank_zero();
   void share_out_the_epoch();
   [[noreturn]] void fall_back(const Regrouped& regrouped, const std::string& why);
   void report_recovery();
+  void write_group_file();
   SnapshotStore& snapshot_store();
 
   Distributed& dist_;
@@ -361,9 +387,12 @@ class Trainer {
   struct Recovered {
     Regrouped regrouped;
     std::string why;
-    Clock::time_point failed_at;  // when this rank's collective failed
+    Clock::time_point failed_at;  // when this rank's collective failed, or the ranks paused for a replacement
+    bool joined = false;          // this process is the replacement
   };
   std::optional<Recovered> recovered_;
+  bool admit_ = false;  // the ranks agreed to take replacements in at this step boundary
+  Clock::time_point last_join_check_;
   // What a step changes before its optimizer step, kept at its start so that a failed step can be undone.
   struct StepStart {
     bool active = false;
@@ -476,21 +505,32 @@ void Trainer::run_step(const at::Tensor& samples, const std::vector<BatchSpan>& 
   optimizer_.step();
 }
 
-// All ranks must stop at the same step, or the ones still training would wait for the others forever.
-bool Trainer::stop_agreed(Seconds step_time) {
-  if (dist_.world_size == 1) return stop_requested();
+// All ranks must stop at the same step, or the ones still training would wait for the others forever; the same
+// vote carries rank 0's news of replacements that asked to join, so that all ranks take them in at one step.
+Trainer::Boundary Trainer::poll(Seconds step_time) {
+  const auto joins = [this] {
+    if (recovery_ == nullptr || dist_.rank != 0) return false;
+    last_join_check_ = Clock::now();
+    return recovery_->joins_pending();
+  };
+  if (dist_.world_size == 1) {
+    if (stop_requested()) return Boundary::Stop;
+    const bool due = Seconds(Clock::now() - last_join_check_).count() >= kStopPollSeconds;
+    return due && joins() ? Boundary::Admit : Boundary::Go;
+  }
   poll_window_ += step_time;
   ++poll_window_steps_;
-  if (progress_.global_step % stop_poll_steps_ != 0) return false;
+  if (progress_.global_step % stop_poll_steps_ != 0) return Boundary::Go;
   const double mean_step = poll_window_.count() / static_cast<double>(poll_window_steps_);
   const double proposal = std::clamp(kStopPollSeconds / std::max(mean_step, 1e-9), 1.0, double(kMaxStopPollSteps));
-  at::Tensor votes =
-      at::tensor({stop_requested() ? 1.0 : 0.0, dist_.rank == 0 ? std::floor(proposal) : 0.0}, at::kDouble);
+  at::Tensor votes = at::tensor(
+      {stop_requested() ? 1.0 : 0.0, dist_.rank == 0 ? std::floor(proposal) : 0.0, joins() ? 1.0 : 0.0}, at::kDouble);
   all_reduce_sum(dist_, votes);
   stop_poll_steps_ = std::max<int64_t>(1, static_cast<int64_t>(votes[1].item<double>()));
   poll_window_ = Seconds(0);
   poll_window_steps_ = 0;
-  return votes[0].item<double>() > 0;
+  if (votes[0].item<double>() > 0) return Boundary::Stop;
+  return votes[2].item<double>() > 0 ? Boundary::Admit : Boundary::Go;
 }
 
 void Trainer::after_step(int64_t epoch, bool epoch_end) {
@@ -524,7 +564,7 @@ EpochPlan Trainer::plan_for(int64_t epoch) {
                             options_.accumulate);
 }
 
-bool Trainer::run_epoch(int64_t epoch) {
+Trainer::EpochEnd Trainer::run_epoch(int64_t epoch) {
   const EpochPlan plan = plan_for(epoch);
   const at::Tensor samples = at::tensor(plan.samples, at::kLong);
   std::size_t batches = 0;
@@ -559,7 +599,12 @@ bool Trainer::run_epoch(int64_t epoch) {
       progress_.world_size = dist_.world_size;
     }
     after_step(epoch, epoch_end);
-    if (stop_agreed(Clock::now() - step_start)) return false;
+    const Boundary boundary = poll(Clock::now() - step_start);
+    if (boundary == Boundary::Stop) return EpochEnd::Stopped;
+    if (boundary == Boundary::Admit) {
+      admit_ = true;
+      if (!epoch_end) return EpochEnd::Paused;
+    }
   }
   const double seconds = Seconds(Clock::now() - epoch_start).count();
   if (dist_.rank == 0 && epoch_samples_ > 0) {
@@ -570,7 +615,7 @@ bool Trainer::run_epoch(int64_t epoch) {
                   " | ETA: " + duration_text(seconds * double(options_.total_epochs - epoch - 1)));
   }
   straggler_.end_epoch(epoch);
-  return true;
+  return EpochEnd::Done;
 }
 
 void Trainer::finish() {
@@ -591,24 +636,33 @@ void Trainer::build_ddp() {
       DdpOptions{static_cast<int64_t>(cap), std::min<int64_t>(static_cast<int64_t>(cap), kFirstBucketBytes), true});
 }
 
-int Trainer::train() {
-  build_ddp();
+int Trainer::train(const std::optional<Regrouped>& joined) {
   straggler_.attach(tensors_of(parameters_));
+  if (joined) {
+    join_generation(*joined);
+    recovered_ = Recovered{*joined, "", process_start(), true};
+  } else {
+    build_ddp();
+  }
   const auto start = Clock::now();
   const int64_t first_epoch = progress_.epochs_run;
   while (progress_.epochs_run < options_.total_epochs) {
     const int64_t epoch = progress_.epochs_run;
-    bool finished = false;
+    EpochEnd end = EpochEnd::Done;
     try {
-      finished = run_epoch(epoch);
+      end = run_epoch(epoch);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
       if (!recoverable(e)) throw;
-      recover(error_message(e));
+      regroup(error_message(e), true);
       continue;
     }
-    if (finished) continue;
+    if (admit_) {
+      admit_ = false;
+      regroup("a replacement asked to join", false);
+    }
+    if (end != EpochEnd::Stopped) continue;
     if (store_ != nullptr) {
       console_.line("Epoch " + std::to_string(epoch) + " | Training snapshot saved at " + store_->save(live_content()));
     }
@@ -672,6 +726,15 @@ void Trainer::roll_back_step() {
   step_start_.active = false;
 }
 
+// Where a replacement finds the group: rank 0 keeps the group file in the snapshot directory.
+void Trainer::write_group_file() {
+  try {
+    snapshot_store().write_file(group_file_name(options_.run_id), recovery_->group_file());
+  } catch (const std::exception& e) {
+    console_.warn("a replacement cannot find this run: the group file was not written: " + error_message(e));
+  }
+}
+
 SnapshotStore& Trainer::snapshot_store() {
   if (store_ == nullptr) {
     own_store_ = std::make_unique<SnapshotStore>(options_.snapshot_dir, options_.keep, options_.run_id,
@@ -681,9 +744,11 @@ SnapshotStore& Trainer::snapshot_store() {
   return *store_;
 }
 
-void Trainer::recover(std::string why) {
+// After a failed collective (`failed`), or at a step boundary where replacements join: the group is let go and the
+// ranks meet again, until a generation forms or cannot.
+void Trainer::regroup(std::string why, bool failed) {
   const auto failed_at = Clock::now();
-  roll_back_step();
+  if (failed) roll_back_step();
   ddp_.reset();
   Recovery::release_group(dist_);
   for (;;) {
@@ -692,7 +757,7 @@ void Trainer::recover(std::string why) {
       regrouped = recovery_->regroup({progress_.global_step, true});
       if (regrouped.formed) {
         join_generation(regrouped);
-        recovered_ = Recovered{regrouped, why, failed_at};
+        recovered_ = Recovered{regrouped, why, failed_at, false};
         return;
       }
     } catch (const Error&) {
@@ -720,6 +785,7 @@ void Trainer::join_generation(const Regrouped& regrouped) {
   straggler_.regrouped(recovery_->ranks());
   if (dist_.rank == 0) {
     snapshot_store();
+    write_group_file();
   } else if (store_ != nullptr) {
     store_->wait();  // a rank that was rank 0 lets its last snapshot finish, and writes no more
     store_ = nullptr;
@@ -746,6 +812,7 @@ void Trainer::take_state_from_rank_zero() {
       read_snapshot(bytes_in_memory(std::vector<char>(data, data + bytes.numel())), "the state rank 0 sent");
   apply_state(state, "the state rank 0 sent");
   progress_ = state.progress;
+  total_steps_ = planned_steps(progress_.planned_world);
 }
 
 // The rest of the epoch goes to the ranks there are now, from the first sample no rank trained yet.
@@ -764,14 +831,26 @@ void Trainer::report_recovery() {
   if (!recovered_) return;
   const Recovered r = std::move(*recovered_);
   recovered_.reset();
-  if (dist_.rank != 0) return;
   const double seconds = Seconds(Clock::now() - r.failed_at).count();
+  const std::string step = std::to_string(progress_.global_step - 1);
+  if (r.joined) {
+    console_.line(rank_label() + " Joined the run as " + describe_rank(straggler_.ranks(), dist_.rank) +
+                  ", healed from rank 0 at step " + step + ": its first step done " + format("%.2f", seconds) +
+                  " s after this process started (generation " + std::to_string(r.regrouped.generation) + ")");
+  }
+  if (dist_.rank != 0) return;
   const std::string lost = describe_lost(r.regrouped.lost);
-  console_.line("Epoch " + std::to_string(progress_.epochs_run) +
-                " | Recovered in place: " + (lost.empty() ? std::string("no rank") : lost) + " lost (" +
-                first_line(r.why) + "); " + std::to_string(dist_.world_size) + " ranks went on from step " +
-                std::to_string(progress_.global_step - 1) + ", their first step done " + format("%.2f", seconds) +
-                " s after the failure was seen (generation " + std::to_string(r.regrouped.generation) + ", " +
+  std::string joined;
+  for (const RankIdentity& identity : r.regrouped.joined) {
+    joined += (joined.empty() ? "" : ", ") + describe_rank({identity}, 0);
+  }
+  const std::string what = lost.empty() ? "Grew in place: " + joined + " joined, healed from rank 0"
+                                        : "Recovered in place: " + lost + " lost (" + first_line(r.why) + ")" +
+                                              (joined.empty() ? "" : ", " + joined + " joined");
+  console_.line("Epoch " + std::to_string(progress_.epochs_run) + " | " + what + "; " +
+                std::to_string(dist_.world_size) + " ranks went on from step " + step + ", their first step done " +
+                format("%.2f", seconds) + " s after " + (lost.empty() ? "the pause" : "the failure was seen") +
+                " (generation " + std::to_string(r.regrouped.generation) + ", " +
                 format("%.2f", r.regrouped.seconds.count()) + " s to form it)");
   if (!options_.json) return;
   std::string ranks;
@@ -780,8 +859,8 @@ void Trainer::report_recovery() {
              ", \"host\": " + json_string(l.identity.host) + ", \"dead\": " + (l.dead ? "true" : "false") + "}";
   }
   console_.line("{\"event\": \"recovered\", \"generation\": " + std::to_string(r.regrouped.generation) +
-                ", \"world_size\": " + std::to_string(dist_.world_size) +
-                ", \"step\": " + std::to_string(progress_.global_step - 1) +
+                ", \"world_size\": " + std::to_string(dist_.world_size) + ", \"step\": " + step +
+                ", \"joined\": " + std::to_string(r.regrouped.joined.size()) +
                 ", \"regroup_seconds\": " + format("%.3f", r.regrouped.seconds.count()) +
                 ", \"first_step_seconds\": " + format("%.3f", seconds) + ", \"lost\": [" + ranks + "]}");
 }
@@ -822,17 +901,49 @@ int fail(const std::string& program, int status, const std::string& message) {
 
 // Recovery in place: Gloo only (an NCCL communicator needs aborting, which this runtime does not do yet; MPI ends
 // the job at a rank's failure by design). The probe and join window bound what a silent member costs the others.
-std::unique_ptr<Recovery> start_recovery(const TrainOptions& options, const Launch& launch, Distributed& dist) {
-  if (options.recover != RecoverMode::InPlace || dist.world_size < 2) return nullptr;
-  if (dist.backend != "gloo") {
-    throw Error("--recover in-place needs the Gloo backend, and this run uses " + dist.backend +
-                "; use --backend gloo, or --recover none (DDP_RECOVER)");
-  }
+RecoverySettings recovery_settings(const TrainOptions& options) {
   RecoverySettings settings;
+  settings.run_id = options.run_id;
   settings.min_ranks = options.min_ranks;
   settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
   settings.probe = std::min(settings.probe, settings.timeout);
-  return std::make_unique<Recovery>(launch, dist, settings);
+  return settings;
+}
+
+void require_gloo(const std::string& backend) {
+  if (backend != "gloo") {
+    throw Error("--recover in-place needs the Gloo backend, and this run uses " + backend +
+                "; use --backend gloo, or --recover none (DDP_RECOVER)");
+  }
+}
+
+std::unique_ptr<Recovery> start_recovery(const TrainOptions& options, const Launch& launch, Distributed& dist) {
+  if (options.recover != RecoverMode::InPlace) return nullptr;
+  require_gloo(dist.backend);
+  return std::make_unique<Recovery>(launch, dist, recovery_settings(options));
+}
+
+// A replacement (--join): it builds its model and data set as the others did, alone (no collective yet), then asks
+// the running group's rank 0 to take it in, and trains on from the state rank 0 sends.
+int run_replacement(const TrainOptions& options, const Launch& launch, const JobFactory& make_job) {
+  if (options.backend && *options.backend != Backend::Gloo && *options.backend != Backend::Auto) {
+    require_gloo(to_string(*options.backend));
+  }
+  Distributed dist;
+  dist.backend = "gloo";
+  dist.local_rank = launch.local_rank;
+  at::manual_seed(options.seed);
+  TrainingJob job = make_job(options);
+  check_job(job, options, dist.device);
+  const std::unique_ptr<Recovery> recovery = Recovery::replacement(launch, dist, recovery_settings(options));
+  Console console;
+  const Regrouped joined =
+      recovery->join(options.snapshot_dir + "/" + group_file_name(options.run_id),
+                     [&console](const std::string& what) { console.line("Replacement: " + what); });
+  StragglerMonitor straggler(dist, recovery->ranks(), {options.straggler_threshold_pct, options.json},
+                             [&console](const std::string& line) { console.line(line); });
+  Trainer trainer(dist, options, job, nullptr, console, straggler, recovery.get());
+  return trainer.train(joined);
 }
 
 }  // namespace
@@ -840,6 +951,7 @@ std::unique_ptr<Recovery> start_recovery(const TrainOptions& options, const Laun
 int run_training(const TrainOptions& options, const Launch& launch, const JobFactory& make_job) {
   limit_threads(launch);
   install_signal_handlers();
+  if (options.join) return run_replacement(options, launch, make_job);
   Distributed dist = init_distributed(launch, options.backend.value_or(launch.backend),
                                       std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
   const std::unique_ptr<Recovery> recovery = start_recovery(options, launch, dist);
@@ -850,6 +962,14 @@ int run_training(const TrainOptions& options, const Launch& launch, const JobFac
   TrainingJob job = prepare_job(dist, options, make_job);
   std::unique_ptr<SnapshotStore> store;
   const std::optional<LoadedSnapshot> start = agree_on_start(dist, options, store, console);
+  if (recovery && store) {
+    // Where a replacement finds the group (rank 0 writes it again after every change).
+    try {
+      store->write_file(group_file_name(options.run_id), recovery->group_file());
+    } catch (const std::exception& e) {
+      console.warn("a replacement cannot find this run: the group file was not written: " + error_message(e));
+    }
+  }
   Trainer trainer(dist, options, job, store.get(), console, straggler, recovery.get());
   if (start) trainer.restore(*start);
   int status = 0;

@@ -122,6 +122,63 @@ TEST(RecoverInPlace, AStoppedRankIsLeftOutAndEndsWhenItComesBack) {
       << stopped;
 }
 
+// Ends every rank of a run that trains on (epochs without end) with SIGUSR2: they agree to stop at a step boundary,
+// rank 0 writes a snapshot, and all exit with 75.
+void stop_all(const Ranks& ranks) {
+  for (const Process& p : ranks.processes) kill(p.pid, SIGUSR2);
+}
+
+// A replacement started with --join (as ddp-restart starts one in a step of its own) asks rank 0, is taken in at a
+// step boundary, receives the state, and the group is back to its size, up to a stop all four ranks agree on.
+TEST(RecoverInPlace, AReplacementJoinsIsHealedFromRankZeroAndTheGroupGrowsBack) {
+  const std::string dir = testing::make_temp_dir();
+  const std::vector<std::string> args{"100000", "0"};
+  Ranks ranks;
+  start_and_signal(ranks, dir, 3, 1, SIGKILL, args);
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Recovered in place", ranks[0]));
+  std::vector<std::string> replacement = recovering_run(dir, args);
+  replacement.push_back("--join");
+  ranks.processes.push_back(testing::spawn(replacement, {}, dir + "/replacement.log"));
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Grew in place", ranks[0]))
+      << testing::read_text(ranks[0].output_path) << testing::read_text(dir + "/replacement.log");
+  ASSERT_TRUE(testing::wait_for_text(dir + "/replacement.log", "Joined the run", ranks[3]));
+  ranks.processes.erase(ranks.processes.begin() + 1);  // the killed one
+  stop_all(ranks);
+  for (const Process& p : ranks.processes) EXPECT_EQ(testing::wait_at_most(p, std::chrono::seconds(60)), 75);
+  const std::string output = testing::read_text(ranks[0].output_path);
+  EXPECT_TRUE(contains(output, "Grew in place: rank 3 on " + host_name() +
+                                   " (cpu) joined, healed from rank 0; 3 ranks went on from step "))
+      << output;
+  EXPECT_TRUE(contains(output, "| Training snapshot saved at " + dir + "/snapshot-")) << output;
+  const std::string joined = testing::read_text(dir + "/replacement.log");
+  EXPECT_TRUE(contains(joined, "Replacement: asked rank 0 to join the run (request 1)")) << joined;
+  EXPECT_TRUE(contains(joined, "] Joined the run as rank 3 on " + host_name() + " (cpu), healed from rank 0 at step "))
+      << joined;
+  EXPECT_TRUE(contains(joined, "[CPU2] Stopped at epoch ")) << joined;
+}
+
+// A replacement that dies while it is taken in (after it asked, before it took the state) fails that generation's
+// forming: the others meet again without it and go on.
+TEST(RecoverInPlace, AReplacementKilledWhileItIsTakenInIsLeftBehind) {
+  const std::string dir = testing::make_temp_dir();
+  const std::vector<std::string> args{"100000", "0"};
+  Ranks ranks;
+  start_and_signal(ranks, dir, 3, 1, SIGKILL, args);
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Recovered in place", ranks[0]));
+  std::vector<std::string> replacement = recovering_run(dir, args);
+  replacement.push_back("--join");
+  ranks.processes.push_back(testing::spawn(replacement, {}, dir + "/replacement.log"));
+  ASSERT_TRUE(testing::wait_for_text(dir + "/replacement.log", "Replacement: asked rank 0 to join", ranks[3]));
+  kill(ranks[3].pid, SIGKILL);
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Recovered in place: rank 3 on ", ranks[0]))
+      << testing::read_text(ranks[0].output_path);
+  stop_all(ranks);
+  EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(60)), 75);
+  EXPECT_EQ(testing::wait_at_most(ranks[2], std::chrono::seconds(30)), 75);
+  const std::string output = testing::read_text(ranks[0].output_path);
+  EXPECT_TRUE(contains(output, "); 2 ranks went on from step ")) << output;
+}
+
 // With --min-ranks 3, losing one of 3 ranks leaves too few: the rank with the newest state writes a snapshot of it
 // and all end; the same command started again resumes from it and ends with the model an uninterrupted run ends
 // with, bit for bit.

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Recovery in place under Slurm, on a 3-node test cluster of its own (brought up after the shared 2-node cluster is
+# down, and torn down at the end): multi-node.sbatch with RECOVER=in-place (srun --ddp-recover, ddp-train --recover
+# in-place), 3 nodes x 2 tasks, ddp-restart starting replacements in steps of their own on the free CPUs.
+# - faults, in one run of 6 ranks (--timeout 5): rank 5 stopped (the others go on after the timeout; continued, it
+#   finds itself left out and ends); ranks 3 and 4 killed at once; rank 2 killed right after that recovery;
+#   replacements for each failed task, one of them killed while it is taken in; rank 0 killed while it writes a
+#   snapshot in the background. No fault ends the step: training finishes, srun still names every failed task,
+#   ddp-restart counts the step as done, and the final loss is within 10% of an uninterrupted run's;
+# - more failures than --min-ranks allows (--min-ranks 6, one rank killed): a snapshot of the last completed step,
+#   ddp-restart starts the step again, which resumes from it and ends with the uninterrupted run's model, bit for bit.
+# Speed is measured in bench/recovery_bench.sh, not here.
+set -euo pipefail
+CLUSTER_SH=$(cd "$(dirname "$0")" && pwd)/cluster.sh
+[ "$(id -u)" -eq 0 ] || { echo "SKIP recover_in_place: needs root: the test cluster runs slurmd in network namespaces"; exit 77; }
+[ -n "${DDP_PLUGIN:-}" ] || { echo "SKIP recover_in_place: the plugin is not built"; exit 77; }
+[ -x "${DDP_BUILD_DIR:-}/runtime/ddp-train" ] || { echo "SKIP recover_in_place: ddp-train is not built"; exit 77; }
+trap '"$CLUSTER_SH" down >/dev/null 2>&1' EXIT
+"$CLUSTER_SH" up --nodes 3 --plugin "$DDP_PLUGIN"
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck disable=SC2016  # expanded at exit, after lib.sh's own clean-ups
+on_exit '"$CLUSTER_SH" down >/dev/null'
+# shellcheck source=training_lib.sh
+source "$(dirname "$0")/training_lib.sh"
+
+EPOCHS=60
+TRAIN_ARGS="--width 64 --samples 2048 --timeout 5 --snapshot-every-seconds 1"
+TRAINING=(NODES=3 TASKS_PER_NODE=2 RECOVER=in-place WORKLOAD=mlp "EPOCHS=$EPOCHS" SAVE_EVERY=0 MAX_RESTARTS=6)
+SBATCH=(--nodes=3 --ntasks-per-node=2 --cpus-per-task=1)
+
+# pid_of JOB STEP RANK: that task's ddp-train (every node's processes are this machine's).
+pid_of() {
+  local pid environ
+  for pid in $(pgrep -u "$DDP_CLUSTER_USER" -x ddp-train); do
+    environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
+    if grep -qx "SLURM_JOB_ID=$1" <<<"$environ" && grep -qx "SLURM_STEP_ID=$2" <<<"$environ" &&
+      grep -qx "RANK=$3" <<<"$environ"; then
+      echo "$pid"
+      return 0
+    fi
+  done
+  fail "no ddp-train of job $1, step $2, rank $3"
+}
+
+# The replacements of JOB (steps after the first) that are running, newest last.
+replacement_pids() {
+  local pid
+  for pid in $(pgrep -u "$DDP_CLUSTER_USER" -x ddp-train | sort -n); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" || continue
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_STEP_ID=0" || echo "$pid"
+  done
+}
+
+# await DIR JOB PATTERN [COUNT] [SECONDS]: until the job's output holds COUNT (1) lines matching PATTERN (ERE).
+await() {
+  local end=$((SECONDS + ${5:-120}))
+  until [ "$(job_output "$1" "$2" | grep -cE "$3")" -ge "${4:-1}" ]; do
+    [ "$SECONDS" -lt "$end" ] || fail "job $2: no line /$3/ (${4:-1}) within ${5:-120} s: $(job_output "$1" "$2")"
+    sleep 0.05
+  done
+}
+
+# The loss of the run's last epoch, as rank 0 printed it.
+final_loss() { job_output "$1" "$2" | sed -n "s/^Epoch $((EPOCHS - 1)) | Loss: \([0-9.]*\) .*/\1/p" | tail -n 1; }
+
+# 1. Uninterrupted, and more failures than --min-ranks allows (at once: 12 CPUs for 2 x 6 tasks).
+baseline=$(submit_template multi-node.sbatch "$TEST_DIR/baseline" "${TRAINING[@]}" TRAIN_ARGS="$TRAIN_ARGS" -- "${SBATCH[@]}")
+fallback=$(submit_template multi-node.sbatch "$TEST_DIR/fallback" "${TRAINING[@]}" MAX_RESTARTS=1 \
+  TRAIN_ARGS="$TRAIN_ARGS --min-ranks 6" -- "${SBATCH[@]}")
+await "$TEST_DIR/fallback" "$fallback" '^Epoch 5 \| Loss'
+kill -KILL "$(pid_of "$fallback" 0 3)"
+expect_completed "$TEST_DIR/baseline" "$baseline" 240
+expect_completed "$TEST_DIR/fallback" "$fallback" 240
+out=$(job_output "$TEST_DIR/fallback" "$fallback")
+assert_match "$out" "ddp-train: rank 3 on node2 \(cpu\) was lost \([^)]*\); 5 of 6 ranks answer, fewer than --min-ranks 6: training cannot go on in place; this rank wrote a snapshot of step [0-9]+ " \
+  "below --min-ranks, rank 0 writes a snapshot of the last completed step"
+assert_match "$out" "ddp-restart: attempt 1 failed with exit code [0-9]+; first to fail: node2 \(task 3: Killed\)" \
+  "the step ended, naming the killed task"
+assert_match "$out" "Resuming training from snapshot at Epoch ([5-9]|[1-9][0-9]) " "the restart resumed from that snapshot"
+assert_same_models "$TEST_DIR/baseline/finalmodel.pt" "$TEST_DIR/fallback/finalmodel.pt"
+
+# 2. The faults of one run, none of which ends its step.
+dir=$TEST_DIR/faults
+job=$(submit_template multi-node.sbatch "$dir" "${TRAINING[@]}" TRAIN_ARGS="$TRAIN_ARGS" -- "${SBATCH[@]}")
+await "$dir" "$job" '^Epoch 2 \| Loss'
+stopped=$(pid_of "$job" 0 5)
+kill -STOP "$stopped"
+on_exit "kill -CONT $stopped 2>/dev/null"
+await "$dir" "$job" '\| Recovered in place: rank 5 on node3 \(cpu\) lost'
+kill -CONT "$stopped"
+await "$dir" "$job" '\| Grew in place: rank 6 on node[12] \(cpu\) joined'
+kill -KILL "$(pid_of "$job" 0 3)" "$(pid_of "$job" 0 4)"
+await "$dir" "$job" '\| Recovered in place: rank 3 on node2 \(cpu\) and rank 4 on node3 \(cpu\) lost'
+kill -KILL "$(pid_of "$job" 0 2)"
+await "$dir" "$job" '\| Recovered in place: rank 2 on node2 \(cpu\) lost'
+# A replacement killed once it has asked to join, before it is healed.
+asked=$(job_output "$dir" "$job" | grep -c '^Replacement: asked' || true)
+await "$dir" "$job" '^Replacement: asked' $((asked + 1))
+replacements=$(replacement_pids "$job")
+kill -KILL "$(tail -n 1 <<<"$replacements")"
+await "$dir" "$job" '\| Grew in place' 3
+# Rank 0 while it writes a snapshot in the background: the temporary file is there when it dies.
+snapshots=$dir/snapshots
+rank0=$(pid_of "$job" 0 0)
+end=$((SECONDS + 60))
+until compgen -G "$snapshots/.snapshot-*.tmp-*" >/dev/null; do
+  [ "$SECONDS" -lt "$end" ] || fail "rank 0 wrote no snapshot within 60 s: $(job_output "$dir" "$job")"
+done
+kill -KILL "$rank0"
+torn=$(compgen -G "$snapshots/.snapshot-*.tmp-*" || true)
+await "$dir" "$job" '\| Recovered in place: rank 0 on node1 \(cpu\) lost'
+expect_completed "$dir" "$job" 300
+out=$(job_output "$dir" "$job")
+grep -E '^(ddp-restart|srun: error|ddp-train: )|Recovered in place|Grew in place|Joined' <<<"$out" || true
+assert_contains "$out" "ddp-train: rank 5 on node3 (cpu) was left out" "the stopped rank, continued, ended"
+for failed in "node3: task 5: Exited with exit code 1" "node2: task 3: Killed" "node3: task 4: Killed" \
+  "node2: task 2: Killed" "node1: task 0: Killed"; do
+  assert_contains "$out" "srun: error: $failed" "srun named the failed task"
+done
+assert_match "$out" "ddp-restart: attempt 1 ended with exit code [0-9]+, but its tasks completed the training in place" \
+  "ddp-restart counted the step as done"
+assert_contains "$out" "ddp-train: training completed in place by " "rank 0 at the end"
+assert_match "$out" "ddp-restart: ddp-why: step $job\\.0: first failure: " "ddp-why names the first failure"
+assert_match "$out" "Epoch $((EPOCHS - 1)) \| Training snapshot saved at|Final model saved at $dir/finalmodel.pt" "the final model"
+[ -n "$torn" ] || echo "note: rank 0's snapshot write had ended when it died"
+assert_eq "" "$(find "$snapshots" -name '.snapshot-*')" "the torn temporary file is removed by the next rank 0"
+assert_snapshots_load "$snapshots"
+# The criterion: the final loss within 10% of the uninterrupted run's (a smaller world for a while, the same data).
+clean=$(final_loss "$TEST_DIR/baseline" "$baseline")
+faulted=$(final_loss "$dir" "$job")
+awk -v c="$clean" -v f="$faulted" 'BEGIN { exit !(c > 0 && f > 0 && f <= 1.1 * c && f >= 0.9 * c) }' ||
+  fail "final loss $faulted is not within 10% of the uninterrupted run's $clean"
+pass "in place under Slurm: stopped, two at once, right after a recovery, a replacement killed while taken in, rank 0 during a snapshot write (final loss $faulted against $clean); below --min-ranks the restart resumed bit for bit"
