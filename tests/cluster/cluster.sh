@@ -31,7 +31,9 @@
 #   $DIR/local     node-private: a tmpfs mounted at this same path in each node's mount namespace; its file
 #                  .node names the node. On the host the path is an empty directory of its own.
 #   $DIR/etc       slurm.conf, mpi.conf, plugstack.conf (`up --plugin P` writes "required P ARGS"; P is a
-#                  copy under $DIR/etc when the job user cannot read P; `env` gives it as DDP_CLUSTER_PLUGIN).
+#                  copy under $DIR/etc when the job user cannot read P; `env` gives it as DDP_CLUSTER_PLUGIN);
+#                  gres.conf and gpu0, gpu1: every node has 2 GPUs as Slurm sees them, device files without a
+#                  GPU behind them (jobs request GPUs as users do; hwloc sees none, so tasks train on CPUs).
 #   $DIR/log       slurmctld.log, slurmd-nodeK.log, munged.log, jobcomp.log (one line per finished job).
 #   slurm.conf     DDP_CLUSTER_SLURM_CONF_EXTRA: lines `up` adds to slurm.conf (one per line).
 #   Tracing        DDP_CLUSTER_TRACE=1 traces every command with a timestamp; DDP_CLUSTER_KEEP_ON_FAILURE=1
@@ -75,6 +77,7 @@ readonly NET0=${DDP_CLUSTER_NET0:-10.77.0}   # first three octets of the /24 of 
 readonly NET1=${DDP_CLUSTER_NET1:-10.78.0}   # and of eth1
 readonly HOST_OCTET=254
 readonly CTLD_PORT=16817 SLURMD_PORT=16818 RESV_PORTS=12000-12999
+readonly FAKE_GPUS=2  # per node, as Slurm sees them (write_fake_gpus)
 readonly MARKER="# ddp-test-cluster"
 readonly NETNS_PREFIX=ddp-node BRIDGE0=ddpbr0 BRIDGE1=ddpbr1
 readonly CONF=$DIR/etc/slurm.conf SHARED=$DIR/shared LOCAL=$DIR/local NSDIR=$DIR/ns LOG=$DIR/log
@@ -521,15 +524,28 @@ InactiveLimit=0
 MessageTimeout=10
 SlurmdTimeout=60
 TmpFS=$LOCAL
+GresTypes=gpu
 EOF
+  write_fake_gpus
   # Lines a test adds (e.g. KillOnBadExit=1), before the nodes: Slurm reads them like any other.
   [ -z "${DDP_CLUSTER_SLURM_CONF_EXTRA:-}" ] || printf '%s\n' "$DDP_CLUSTER_SLURM_CONF_EXTRA" >>"$CONF"
   for k in $(seq "$NODES"); do
-    echo "NodeName=node$k NodeAddr=$NET0.$k NodeHostname=node$k CPUs=4 RealMemory=2048 State=UNKNOWN" >>"$CONF"
+    echo "NodeName=node$k NodeAddr=$NET0.$k NodeHostname=node$k CPUs=4 RealMemory=2048 Gres=gpu:$FAKE_GPUS State=UNKNOWN" >>"$CONF"
   done
   echo "PartitionName=ddp Nodes=node[1-$NODES] Default=YES MaxTime=INFINITE State=UP" >>"$CONF"
   echo "PMIxCliTmpDirBase=$LOCAL/pmix" >"$DIR/etc/mpi.conf"
   chmod 0644 "$CONF" "$DIR/etc/mpi.conf"
+}
+
+# Every node has FAKE_GPUS GPUs as Slurm sees them: gres.conf names character devices with /dev/null's numbers
+# (slurmd ignores a GPU without File=), so jobs ask for GPUs as users do (--gpus-per-node, --gres=gpu) and get
+# SLURM_GPUS_ON_NODE, SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES. hwloc sees no GPU on the nodes: the plugin plans for
+# CPUs, and LibTorch trains on them.
+write_fake_gpus() {
+  local g
+  for g in $(seq 0 $((FAKE_GPUS - 1))); do mknod -m 0666 "$DIR/etc/gpu$g" c 1 3; done
+  echo "Name=gpu File=$DIR/etc/gpu[0-$((FAKE_GPUS - 1))]" >"$DIR/etc/gres.conf"
+  chmod 0644 "$DIR/etc/gres.conf"
 }
 
 write_plugstack() {

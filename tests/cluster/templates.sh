@@ -8,19 +8,23 @@ source "$(dirname "$0")/lib.sh"
 # shellcheck source=training_lib.sh
 source "$(dirname "$0")/training_lib.sh"
 
-# The nodes have 4 CPUs: the templates' GPU-sized requests are scaled down on the command line.
+# The nodes have 4 CPUs and 2 GPUs as Slurm sees them: the templates' GPU-sized requests are scaled down on the
+# command line, with GPUs asked for in both of the ways users do.
 declare -A jobs
 jobs[single-gpu]=$(submit_template single-gpu.sbatch "$TEST_DIR/single-gpu" EPOCHS=3 SAVE_EVERY=1 -- \
-  --cpus-per-task=2)
+  --gres=gpu:1 --cpus-per-task=2)
 jobs[multi-gpu]=$(submit_template multi-gpu.sbatch "$TEST_DIR/multi-gpu" EPOCHS=3 SAVE_EVERY=1 -- \
-  --ntasks-per-node=2 --cpus-per-task=2 --ddp-verbose)
+  --gpus-per-node=2 --ntasks-per-node=2 --cpus-per-task=2 --ddp-verbose)
 jobs[multi-node]=$(submit_template multi-node.sbatch "$TEST_DIR/multi-node" EPOCHS=3 SAVE_EVERY=1 -- \
-  --cpus-per-task=2)
+  --gres=gpu:1 --cpus-per-task=2)
 jobs[p4d-efa]=$(submit_template parallelcluster/p4d-efa.sbatch "$TEST_DIR/p4d-efa" EPOCHS=3 SAVE_EVERY=1 \
-  TASKS_PER_NODE=2 TRAIN_ARGS="--width 64" -- --partition=ddp --ntasks-per-node=2 --cpus-per-task=2 --ddp=gloo)
+  TASKS_PER_NODE=2 TRAIN_ARGS="--width 64" -- --partition=ddp --gpus-per-node=2 --ntasks-per-node=2 --cpus-per-task=2 \
+  --ddp=gloo)
 script=$(stage "$DDP_SOURCE_DIR/runtime/bench/python_ddp.py")
 jobs[python-ddp]=$(submit_template python-ddp.sbatch "$TEST_DIR/python-ddp" SCRIPT="$script" \
-  SCRIPT_ARGS="--workload seed 2" PYTHON="$TORCH_PYTHON" -- --cpus-per-task=2)
+  SCRIPT_ARGS="--workload seed 2" PYTHON="$TORCH_PYTHON" -- --gpus-per-node=1 --cpus-per-task=2)
+# Without GPUs a template stops before training, in one line naming both ways to ask for them.
+jobs[no-gpus]=$(submit_template single-gpu.sbatch "$TEST_DIR/no-gpus" EPOCHS=3 -- --gpus-per-node=0 --cpus-per-task=1)
 
 for name in single-gpu multi-gpu multi-node p4d-efa; do
   dir=$TEST_DIR/$name
@@ -39,16 +43,17 @@ assert_eq 4 "$(job_output "$TEST_DIR/p4d-efa" "${jobs[p4d-efa]}" | grep -c '^\[C
 expect_completed "$TEST_DIR/python-ddp" "${jobs[python-ddp]}"
 out=$(job_output "$TEST_DIR/python-ddp" "${jobs[python-ddp]}")
 assert_match "$out" "Trained .*: [0-9]+ samples/s" "python-ddp: the script trained over 2 nodes"
-# Every template's GPU request takes --gpus-per-node=N from the command line on every version; from Slurm 26.05 on,
-# --gres=gpu:N beside the template's --gpus-per-node is refused by sbatch itself, as the templates' comment says.
-series=$(run_on_cluster sbatch --version | grep -oE '[0-9]+\.[0-9]+' | head -n 1 | awk -F. '{printf "%d%02d", $1, $2}')
+assert_eq FAILED "$(wait_job "${jobs[no-gpus]}")" "a template without GPUs"
+assert_contains "$(job_output "$TEST_DIR/no-gpus" "${jobs[no-gpus]}")" \
+  "single-gpu.sbatch: the job has no GPUs: submit it with --gpus-per-node=1 or --gres=gpu:1" "a template without GPUs"
+assert_not_contains "$(job_output "$TEST_DIR/no-gpus" "${jobs[no-gpus]}")" "Epoch" "a template without GPUs"
+# No template asks for GPUs itself, so either way of asking for them is accepted, on Slurm 26.05 too (which refuses
+# --gres=gpu beside --gpus-per-node, wherever each comes from).
 for template in single-gpu.sbatch multi-gpu.sbatch multi-node.sbatch python-ddp.sbatch parallelcluster/p4d-efa.sbatch; do
-  grep -q '^# GPUs: override with --gpus-per-node=N' "$TEMPLATES/$template" || fail "$template does not say how to override GPUs"
-  out=$(run_on_cluster sbatch --test-only --partition=ddp -N1 --ntasks-per-node=1 --cpus-per-task=1 --gpus-per-node=0 \
-    "$TEMPLATES/$template" 2>&1) || fail "$template with --gpus-per-node=0 was refused: $out"
-  if [ "$series" -ge 2605 ]; then
-    assert_fails "$template with --gres=gpu:0 on Slurm 26.05" run_on_cluster sbatch --test-only --gres=gpu:0 "$TEMPLATES/$template"
-    assert_contains "$FAILED_OUTPUT" "--gpus-per-node and --gres=gpu are mutually exclusive" "$template: sbatch's refusal"
-  fi
+  assert_fails "$template asks for GPUs itself" grep -E '^#SBATCH +--(gpus|gres)' "$TEMPLATES/$template"
+  for gpus in --gres=gpu:2 --gpus-per-node=2; do
+    out=$(run_on_cluster sbatch --test-only --partition=ddp -N1 --ntasks-per-node=2 --cpus-per-task=1 "$gpus" \
+      "$TEMPLATES/$template" 2>&1) || fail "$template with $gpus was refused: $out"
+  done
 done
-pass "single-gpu, multi-gpu, multi-node, p4d-efa and python-ddp templates completed; --gpus-per-node overrides each"
+pass "single-gpu, multi-gpu, multi-node, p4d-efa and python-ddp templates completed with GPUs asked for either way"
