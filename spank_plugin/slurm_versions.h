@@ -23,7 +23,8 @@
  *  26.05  SchedMD's notes: after a task exits badly, the other tasks get SIGCONT and SIGTERM, then SIGKILL after
  *         KillWait (was SIGKILL alone). Under srun -K, 22.05 and 24.11 already send that sequence (checked): a task
  *         that handles SIGTERM has KillWait to save its state on every version.
- *         --gres=gpu:N and --gpus-per-node exclude each other (the templates say which to override); the API
+ *         --gres=gpu:N and --gpus-per-node exclude each other, wherever each comes from (the templates ask for
+ *         no GPUs themselves, so either works from the command line); the API
  *         takes slurm_step_id_t, which matters only to code linking libslurm (ddp.so does not).
  * tests/cluster/spank_versions.sh checks the behaviour of the Slurm under test against this list. */
 #ifndef DDP_SLURM_VERSIONS_H
