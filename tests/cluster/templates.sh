@@ -50,8 +50,8 @@ assert_not_contains "$(job_output "$TEST_DIR/no-gpus" "${jobs[no-gpus]}")" "Epoc
 # No template asks for GPUs itself, so either way of asking for them is accepted, on Slurm 26.05 too (which refuses
 # --gres=gpu beside --gpus-per-node, wherever each comes from).
 for template in single-gpu.sbatch multi-gpu.sbatch multi-node.sbatch python-ddp.sbatch parallelcluster/p4d-efa.sbatch; do
-  for gpus in --gres=gpu:2 --gpus-per-node=2; do
-    out=$(run_on_cluster sbatch --test-only --partition=ddp -N1 --ntasks-per-node=2 --cpus-per-task=1 "$gpus" \
+  for gpus in --gres=gpu:1 --gpus-per-node=1; do
+    out=$(run_on_cluster sbatch --test-only --partition=ddp -N1 --ntasks-per-node=1 --cpus-per-task=1 "$gpus" \
       "$TEMPLATES/$template" 2>&1) || fail "$template with $gpus was refused: $out"
   done
 done
