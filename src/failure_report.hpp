@@ -14,13 +14,15 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ddp {
 
 struct ReportLimits {
-  std::size_t max_file_bytes = 1 << 20;  // torchrun's reports are a few KiB; a traceback of 1 MiB is not one
-  std::size_t max_entries = 1 << 16;     // directory entries examined, at most
+  std::size_t max_file_bytes = 1 << 20;    // torchrun's reports are a few KiB; a traceback of 1 MiB is not one
+  std::size_t max_entries = 1 << 16;       // directory entries examined, at most
+  std::size_t max_total_bytes = 16 << 20;  // all reports read together, oldest first: thousands of real ones
 };
 
 struct ErrorReport {
@@ -56,8 +58,19 @@ struct StepIdentity {
   double not_before = 0;
 };
 
-// Reads the reports in `dir`. A missing directory gives no reports; one that cannot be read throws ddp::Error.
+// Reads the reports in the directory `dir_fd` (`dir` names it in warnings): each a regular file opened without
+// following a link or blocking, the oldest first until `limits` are reached. Throws ddp::Error when the directory
+// cannot be listed.
+StepReports read_step_reports(int dir_fd, const std::string& dir, const ReportLimits& limits,
+                              const StepIdentity& identity = {});
+
+// The same for a path: a missing directory gives no reports; one that cannot be read throws ddp::Error.
 StepReports read_step_reports(const std::string& dir, const ReportLimits& limits, const StepIdentity& identity = {});
+
+// What a name in a step's directory is: "error-rank<R>-<host>.json", "nccl-<host>-rank<R>" (step_logs.hpp), or
+// neither.
+enum class ReportKind { None, Error, Dump };
+ReportKind report_kind(std::string_view name);
 
 // Parses one report's text; nullopt with `why` set when it is not one.
 std::optional<ErrorReport> parse_error_report(const std::string& text, std::string* why);
@@ -84,7 +97,7 @@ struct FirstFailure {
 };
 std::optional<FirstFailure> first_failure(const StepReports& reports, const std::vector<TaskExit>& exits);
 
-// "rank 1 on node2, exit code 1, at 2026-11-23 22:40:01: RuntimeError: boom"
+// "rank 1 on node2, exit code 1, at 2026-11-23 22:40:01: RuntimeError: boom", printable (terminal_text).
 std::string one_line(const FirstFailure& failure);
 
 // The last `count` lines of task `rank` in srun's output: lines srun labelled "<rank>: " (srun --label) when there
