@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -250,6 +251,31 @@ std::optional<ErrorReport> parse_error_report(const std::string& text, std::stri
   return report;
 }
 
+double wall_clock_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+
+double on_file_clock(int dir_fd, double local, const std::function<double()>& local_now) {
+  char name[64];
+  std::snprintf(name, sizeof name, ".ddp-clock-%d-%lx", static_cast<int>(getpid()),
+                static_cast<unsigned long>(local_now() * 1e6));
+  const double before = local_now();
+  const int fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return local;
+  // The file's times are set when it is created: by the file server for NFS, by this node for a local or Lustre
+  // file system. A write makes sure the server stamps it.
+  const bool written = write(fd, "t", 1) == 1;
+  struct stat info = {};
+  const bool stamped = written && fstat(fd, &info) == 0;
+  const double after = local_now();
+  close(fd);
+  unlinkat(dir_fd, name, 0);
+  if (!stamped) return local;
+  return local + (modification_time(info) - (before + after) / 2);
+}
+
 ReportKind report_kind(std::string_view name) {
   uint32_t rank = 0;
   std::string host;
@@ -289,6 +315,7 @@ StepReports read_step_reports(int dir_fd, const std::string& dir, const ReportLi
     return a.time != b.time ? a.time < b.time : a.rank < b.rank;
   });
   std::size_t budget = limits.max_total_bytes;
+  const auto spent = [&] { return limits.max_total_bytes - budget; };
   std::size_t unread = 0;
   for (const Candidate& candidate : candidates) {
     // A report larger than a report can be is refused by read_error_file, with its own warning.
@@ -299,6 +326,7 @@ StepReports read_step_reports(int dir_fd, const std::string& dir, const ReportLi
     }
     read_error_file(dir_fd, dir, candidate, limits, identity, &budget, out);
   }
+  out.bytes_read = spent();
   if (unread > 0) {
     out.warnings.push_back(dir + ": " + std::to_string(unread) + " later reports not read (" +
                            std::to_string(limits.max_total_bytes) + " bytes of reports read in all)");

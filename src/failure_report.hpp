@@ -12,6 +12,7 @@
 // not a regular file, or from another step (another run_id, or older than the step) is ignored with a warning.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,6 +50,7 @@ struct StepReports {
   std::vector<ErrorReport> errors;  // oldest first
   std::vector<FlightRecorderDump> dumps;
   std::vector<std::string> warnings;  // one line per file ignored
+  std::size_t bytes_read = 0;         // of reports, against ReportLimits::max_total_bytes
 };
 
 // Which reports belong to the step: a run id other than `run_id` (when not empty) or a modification time before
@@ -57,6 +59,13 @@ struct StepIdentity {
   std::string run_id;
   double not_before = 0;
 };
+
+// A time of this host's clock (`local_now` tells it) as the clock that stamps files in `dir_fd`: a file server's,
+// or the writing node's. Measured by a file created and removed there; `local` unchanged when it cannot be (the
+// directory is not writable). Reports are stamped by that clock, the start of a step is known by this host's:
+// without it, a few seconds of skew drop the first reports of a step as "before the step started".
+double on_file_clock(int dir_fd, double local, const std::function<double()>& local_now);
+double wall_clock_seconds();
 
 // Reads the reports in the directory `dir_fd` (`dir` names it in warnings): each a regular file opened without
 // following a link or blocking, the oldest first until `limits` are reached. Throws ddp::Error when the directory

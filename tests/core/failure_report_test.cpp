@@ -128,6 +128,27 @@ TEST(FailureReport, IgnoresBadFilesWithAWarningEach) {
   EXPECT_NE(all.find("is not a regular file"), std::string::npos) << all;
 }
 
+// ddp-why and ddp-restart know when a step started by their own host's clock; its reports carry the times of the
+// clock that stamps files there (a file server's, or the writing node's). Here this host's clock runs 30 s ahead of
+// the directory's: a report written 2 s after the step started looked 28 s older than the step and was dropped as an
+// earlier step's. On the directory's clock it is the step's.
+TEST(FailureReport, ASkewedClockDoesNotDropAStepsFirstReports) {
+  TempDir dir;
+  const double skew = 30;
+  const auto ahead = [&] { return wall_clock_seconds() + skew; };
+  const double step_start_here = ahead() - 1;  // the step began a second ago, by this host's clock
+  write_file(dir / error_file_name(0, "node1"), R"({"message": "ValueError: early"})");
+  const int fd = open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const double on_files = on_file_clock(fd, step_start_here, ahead);
+  EXPECT_NEAR(on_files, step_start_here - skew, 0.5);
+  EXPECT_EQ(read_step_reports(fd, dir.path(), {}, StepIdentity{"12.0", on_files}).errors.size(), 1u);
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) left.push_back(entry.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{error_file_name(0, "node1")});  // the clock's probe is gone
+  close(fd);
+}
+
 TEST(FailureReport, MissingDirectoryHasNoReportsAndUnreadableOneIsAnError) {
   EXPECT_TRUE(read_step_reports("/nonexistent/ddp/12.0", {}).errors.empty());
   TempDir dir;
