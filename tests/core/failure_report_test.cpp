@@ -408,7 +408,7 @@ TEST(StepLogs, ADirectoryOrLinkAnotherUserPlantedIsRefused) {
 TEST(StepLogs, AnEarlierAttemptsFilesAreGoneBeforeTheStepStarts) {
   TempDir dir;
   const std::string base = dir.path();
-  for (const std::string& step : {"12.0", "12.1", "13.0"}) ASSERT_EQ(mkdir((base + "/" + step).c_str(), 0700), 0);
+  for (const char* step : {"12.0", "12.1", "13.0"}) ASSERT_EQ(mkdir((base + "/" + step).c_str(), 0700), 0);
   write_file(base + "/12.0/" + error_file_name(5, "node2"), R"({"message": "ValueError: the earlier attempt's"})",
              1700000000);
   write_file(base + "/12.0/" + nccl_dump_prefix("node2") + "5", std::string(100, 'x'));
