@@ -17,18 +17,25 @@
 
 using namespace ddp::spank;
 
-// Slurm's configuration, exported by libslurmfull but not declared in its public headers (see common.cpp).
-extern "C" slurm_conf_t slurm_conf __attribute__((weak));
-
 namespace {
 
 // srun ends a step at a task's bad exit when --kill-on-bad-exit says so, else when slurm.conf's KillOnBadExit does
 // (_kill_on_bad_exit in srun's launch code, 22.05 to 25.x; 25.11 also reads it for the step's SSF_KILL_ON_BAD_EXIT
 // when the step is created, after this callback). A --ddp step's default goes into srun's own copy of KillOnBadExit,
 // so the user's --kill-on-bad-exit or SLURM_KILL_BAD_EXIT still wins; no other process or step sees it.
-void set_kill_on_bad_exit() {
+// Only into a configuration of our own layout, whose field holds what Slurm puts there (0 or 1): otherwise the step
+// keeps Slurm's default, and srun says how to get the --ddp one.
+void set_kill_on_bad_exit(spank_t sp) {
   const auto kill = ddp::kill_on_bad_exit(state().options);
-  if (kill && &slurm_conf != nullptr) slurm_conf.kill_on_bad_exit = *kill ? 1 : 0;
+  if (!kill) return;
+  std::string why_not;
+  slurm_conf_t* conf = this_slurm_conf(sp, &why_not);
+  if (conf != nullptr && conf->kill_on_bad_exit > 1) why_not = "its KillOnBadExit field holds an unknown value";
+  if (conf == nullptr || !why_not.empty()) {
+    log_error("note: a failed task will not end this step (" + why_not + "); add --kill-on-bad-exit=1");
+    return;
+  }
+  conf->kill_on_bad_exit = *kill ? 1 : 0;
 }
 
 void fill_topology_cache(spank_t sp) {
@@ -78,7 +85,7 @@ extern "C" int ddp_spank_init_post_opt(spank_t sp, int, char**) {
     if (!state().options.enabled) return 0;
     if (state().failure) refuse(state().failure->message);
     give_job_key();
-    if (spank_context() == S_CTX_LOCAL) set_kill_on_bad_exit();
+    if (spank_context() == S_CTX_LOCAL) set_kill_on_bad_exit(sp);
     return 0;
   });
 }

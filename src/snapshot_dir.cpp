@@ -93,9 +93,12 @@ class DirWalk {
     UniqueFd fd(openat(parent, name.c_str(), flags));
     if (!fd && errno == ENOENT) {
       if (!rules_.create) return fd;
-      if (mkdirat(parent, name.c_str(), 0700) != 0 && errno != EEXIST) fail("cannot be created " + errno_text(prefix));
+      const bool made = mkdirat(parent, name.c_str(), rules_.mode) == 0;
+      if (!made && errno != EEXIST) fail("cannot be created " + errno_text(prefix));
       // What was just made must be what is opened: never a link someone put there in between.
       fd.reset(openat(parent, name.c_str(), flags | O_NOFOLLOW));
+      // Whatever the process's umask took away (the last component only: the others are opened O_PATH).
+      if (made && fd && last) fchmod(fd.get(), rules_.mode);
     }
     if (fd) return fd;
     const int error = errno;

@@ -42,6 +42,7 @@ struct DirRules {
   bool create = true;                               // create what is missing and require write access;
                                                     // false: read access, and a missing path is no error
   std::optional<uid_t> owner;                       // whose it must be; unset: the caller's (effective uid)
+  mode_t mode = 0700;                               // of what is created
 };
 
 // Opens `path` under the rules above. Throws ddp::Error naming the path, what is wrong and the fix. Without
