@@ -47,6 +47,12 @@ std::string& launched_run_id() {
   return run_id;
 }
 
+// srun could not make the step's directory ready and said so: at exit there is nothing of this attempt to read.
+bool& no_reports() {
+  static bool refused = false;
+  return refused;
+}
+
 // srun's view of the directory the tasks use: the same DDP_LOG_DIR (srun's environment is the tasks') and home.
 // In a child process with the admin's deadline; its answer is `body`'s, or the line saying why there is none.
 std::string in_log_dir(const std::function<std::string(const std::string& base)>& body) {
@@ -84,14 +90,17 @@ extern "C" int ddp_spank_local_user_init(spank_t sp, int, char**) {
       }
       return "";
     });
-    if (!problem.empty()) std::fprintf(stderr, "ddp: %s\n", problem.c_str());
+    if (!problem.empty()) {
+      std::fprintf(stderr, "ddp: %s\n", problem.c_str());
+      no_reports() = true;
+    }
     return 0;
   });
 }
 
 // srun only, once every task has ended. A failure here must not change srun's exit status: it is only reported.
 extern "C" int ddp_spank_exit(spank_t, int, char**) {
-  if (spank_context() != S_CTX_LOCAL || launched_run_id().empty()) return 0;
+  if (spank_context() != S_CTX_LOCAL || launched_run_id().empty() || no_reports()) return 0;
   try {
     const std::string line = in_log_dir([](const std::string& base) -> std::string {
       try {
