@@ -56,8 +56,16 @@ bool& no_reports() {
 // srun's view of the directory the tasks use: the same DDP_LOG_DIR (srun's environment is the tasks') and home.
 // In a child process with the admin's deadline; its answer is `body`'s, or the line saying why there is none.
 std::string in_log_dir(const std::function<std::string(const std::string& base)>& body) {
-  const auto base = ddp::own_log_base();
-  if (!base) return "";
+  std::optional<std::string> base;
+  try {
+    base = ddp::own_log_base();
+  } catch (const ddp::Error&) {
+    base.reset();  // a DDP_LOG_DIR that is no absolute path: the tasks fail the step, naming it
+  }
+  if (!base) {
+    no_reports() = true;
+    return "";
+  }
   const auto deadline = state().config.snapshot_dir_timeout;
   const ddp::ChildOutcome outcome =
       ddp::run_in_child([&] { return body(*base); }, deadline, 1 << 16, "cannot reach the log directory");
