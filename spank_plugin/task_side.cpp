@@ -3,7 +3,8 @@
 // slurmstepd itself, and nothing reads a file the user chose: the topology is the admin's topology_xml, the
 // per-boot cache or the running system, never the job's HWLOC_XMLFILE (ddp-topo --xml plans for a file).
 // user_init failures would only say "launch failed" and leave srun's exit code 0, so every problem is kept
-// and reported from task_init, which fails the step with srun exit code 1.
+// and reported from task_init, where the task ends itself before exec (exit status 1, srun's too), whether
+// plugstack.conf loads ddp.so as "required" or "optional".
 
 #include <unistd.h>
 
