@@ -94,7 +94,9 @@ extern "C" int ddp_spank_local_user_init(spank_t sp, int, char**) {
       try {
         ddp::start_step_log_dir(base, launched_run_id());
       } catch (const std::exception& e) {
-        return std::string("warning: no error reports in this step: ") + e.what();
+        return std::string(
+                   "warning: srun cannot make the step's log directory ready (it names no failure at its end): ") +
+               e.what();
       }
       return "";
     });
