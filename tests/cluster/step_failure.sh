@@ -114,35 +114,51 @@ assert_contains "$out" "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=$logs/$ok_step/nccl-node
 
 # 7. Attacks on the log directory and reports of another attempt, in one held job whose id is known before its steps
 # run. Step 0 logs to a team directory everyone may write (1777, root's): another user (65533) made <job>.0 there
-# first, with a link named like task 0's error file to a file of the victim's, and a report of its own. Step 1 logs
-# to the user's own directory, where an earlier attempt of <job>.1 (a requeue; a new cluster's job ids) left a
-# report. Before: task 0's report overwrote the link's target, srun printed the planted report as the first failure,
-# and step 1, which succeeded, was reported failed with the earlier attempt's report.
+# first, with a report of its own, and keeps a link named like task 0's error file pointing at a file of the
+# victim's (planted again once the task runs: removing it once does not help). Step 1 logs to the user's own
+# directory, where an earlier attempt of <job>.1 (a requeue; a new cluster's job ids) left a report. Before: task 0's
+# report overwrote the link's target, ddp-why named the planted report as the first failure, and step 1, which
+# succeeded, was reported failed with the earlier attempt's report.
 team=$TEST_DIR/team
 mkdir -m 1777 "$team"
 victim=$TEST_DIR/victims-data
 install -o "$DDP_CLUSTER_USER" -m 0644 /dev/null "$victim"
 echo "the victim's data" >"$victim"
-# shellcheck disable=SC2016  # expanded by the task: what PyTorch's @record does with TORCHELASTIC_ERROR_FILE
-fail_with_report='if [ -n "${TORCHELASTIC_ERROR_FILE:-}" ]; then echo "{\"message\": \"ValueError: real\"}" >"$TORCHELASTIC_ERROR_FILE"; fi; exit 3'
+# What PyTorch's @record does with TORCHELASTIC_ERROR_FILE, once the attacker has planted the link again.
+# shellcheck disable=SC2016  # expanded by the task
+fail_with_report='touch "$0/step0-running"; while [ ! -e "$0/link-planted" ]; do sleep 0.1; done
+  if [ -n "${TORCHELASTIC_ERROR_FILE:-}" ]; then echo "{\"message\": \"ValueError: real\"}" >"$TORCHELASTIC_ERROR_FILE"; fi
+  exit 3'
 job=$(submit --hold -N1 -n1 -o "$TEST_DIR/attempt.out" --wrap "
-  DDP_LOG_DIR=$team srun --ddp -N1 -n1 sh -c '$fail_with_report'; echo step0=\$?
+  DDP_LOG_DIR=$team srun --ddp -N1 -n1 sh -c '$fail_with_report' '$markers'; echo step0=\$?
   DDP_LOG_DIR=$logs srun --ddp -N1 -n1 true; echo step1=\$?")
+plant_link() {
+  ln -sfn "$victim" "$team/$job.0/error-rank0-node1.json"
+  chown -h 65533:65533 "$team/$job.0/error-rank0-node1.json"
+}
 install -d -o 65533 -g 65533 -m 0777 "$team/$job.0"
-ln -s "$victim" "$team/$job.0/error-rank0-node1.json"
+plant_link
 echo '{"message": "PLANTED by another user"}' >"$team/$job.0/error-rank1-node1.json"
-chown -h 65533:65533 "$team/$job.0/error-rank0-node1.json" "$team/$job.0/error-rank1-node1.json"
+chown 65533:65533 "$team/$job.0/error-rank1-node1.json"
 run_on_cluster mkdir -p "$logs/$job.1"
 run_on_cluster sh -c "echo '{\"message\": \"STALE: an earlier attempt\"}' >'$logs/$job.1/error-rank5-node2.json'"
 touch -d '1 hour ago' "$logs/$job.1/error-rank5-node2.json"
+rm -f "$markers"/step0-running "$markers"/link-planted
 run_on_cluster scontrol release "$job"
+for _ in $(seq 600); do [ -e "$markers/step0-running" ] && break; sleep 0.1; done
+[ -e "$markers/step0-running" ] || fail "step 0 of job $job did not start: $(cat "$TEST_DIR/attempt.out" 2>/dev/null)"
+plant_link
+touch "$markers/link-planted"
 assert_eq COMPLETED "$(wait_job "$job")" "the held job"
 out=$(cat "$TEST_DIR/attempt.out")
 assert_eq "the victim's data" "$(cat "$victim")" "the link's target after a task's report: $out"
-assert_not_contains "$out" "PLANTED" "a report another user planted"
+assert_not_contains "$out" "PLANTED" "a report another user planted, at srun's exit"
 assert_contains "$out" "ddp: warning: no error reports from node1 in this step: log directory '$team' is owned by uid 0, not by you" \
   "the team directory refused"
 assert_contains "$out" "step0=3" "step 0 failed as its task did"
+why_team=$(run_on_cluster env DDP_LOG_DIR="$team" "$DDP_WHY" "$job.0" 2>&1 || true)
+assert_not_contains "$why_team" "PLANTED" "a report another user planted, in ddp-why"
+assert_contains "$why_team" "log directory '$team' is owned by uid 0" "ddp-why refuses the team directory"
 assert_not_contains "$out" "STALE" "the earlier attempt's report"
 assert_not_contains "$out" "step $job.1 failed" "step 1 succeeded"
 assert_contains "$out" "step1=0" "step 1's status"
