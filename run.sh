@@ -24,7 +24,7 @@ PACKAGES=(
   libhwloc-dev hwloc
   libopenmpi-dev openmpi-bin
   libtorch-dev libgloo-dev libopenblas0-pthread python3-torch
-  libgtest-dev nlohmann-json3-dev
+  libgtest-dev nlohmann-json3-dev nettle-dev
   iproute2 procps psmisc util-linux e2fsprogs shellcheck python3-yaml clang-format
   file dpkg-dev bc debootstrap
 )

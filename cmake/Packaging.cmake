@@ -28,6 +28,10 @@ endif()
 set(_conffiles ${CMAKE_BINARY_DIR}/packaging/conffiles)
 file(WRITE ${_conffiles} "${DDP_PLUGSTACK_DIR}/ddp.conf\n")
 set(CPACK_DEBIAN_PLUGIN_PACKAGE_CONTROL_EXTRA ${_conffiles})
+if(EXISTS ${CMAKE_BINARY_DIR}/packaging/postrm)  # written with the plugin (spank_plugin/postrm.in)
+  list(APPEND CPACK_DEBIAN_PLUGIN_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/packaging/postinst
+       ${CMAKE_BINARY_DIR}/packaging/postrm)
+endif()
 
 set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
 foreach(_component plugin tools)

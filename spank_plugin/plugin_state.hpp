@@ -1,6 +1,7 @@
 #pragma once
 // State shared by the SPANK contexts of one process (srun, sbatch or one step's slurmstepd), and the few
 // helpers every context needs. Everything with logic lives in src/.
+#include <slurm/slurm.h>
 #include <slurm/spank.h>
 
 #include <optional>
@@ -39,6 +40,11 @@ std::optional<std::string> get_env(spank_t sp, const char* name);
 // (step_logs.hpp), the step's log directory created as the user. Throws ddp::Error for a bad DDP_LOG_DIR; a
 // directory that cannot be created only costs the reports, with a warning.
 void prepare_failure_reporting(const StepPlan& plan, const TaskInfo& task, TaskEnv& env);
+
+// Slurm's own configuration in this process (srun, sbatch, salloc, slurmstepd), exported by libslurmfull but not
+// declared in its public headers; nullptr unless the running Slurm is of the series ddp.so was built for (the layout
+// is then ours, slurm_versions.h). `why_not` says why not.
+slurm_conf_t* this_slurm_conf(spank_t sp, std::string* why_not = nullptr);
 
 // Runs `body`, turning any exception into a logged error and SPANK's error code, so nothing escapes into
 // Slurm's C code.

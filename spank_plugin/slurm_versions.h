@@ -26,6 +26,14 @@
  *         --gres=gpu:N and --gpus-per-node exclude each other, wherever each comes from (the templates ask for
  *         no GPUs themselves, so either works from the command line); the API
  *         takes slurm_step_id_t, which matters only to code linking libslurm (ddp.so does not).
+ * Every version: Slurm ignores a failing callback of a plugin that plugstack.conf loads as "optional"
+ *         (_do_call_stack in spank.c/plugstack.c). A refusal of ddp.so therefore ends the process itself: the task
+ *         with _exit(1) before exec (as slurmstepd's exec_task does for a failed "required" task_init), srun, sbatch
+ *         and salloc with exit(1) (as after a failed "required" init_post_opt).
+ *         slurm_conf_t, which ddp.so reads and writes in srun, kept its layout through every micro release of each
+ *         series from 22.05 to 26.05 (slurm/slurm.h at SchedMD's tags), and the loader refuses a SPANK plugin of
+ *         another series (plugin.c: major and minor must match); ddp.so also compares the running Slurm's series
+ *         (the S_SLURM_VERSION_MAJOR and _MINOR items, valid in every context) with its own before touching it.
  * tests/cluster/spank_versions.sh checks the behaviour of the Slurm under test against this list. */
 #ifndef DDP_SLURM_VERSIONS_H
 #define DDP_SLURM_VERSIONS_H

@@ -3,7 +3,10 @@
 // slurmstepd itself, and nothing reads a file the user chose: the topology is the admin's topology_xml, the
 // per-boot cache or the running system, never the job's HWLOC_XMLFILE (ddp-topo --xml plans for a file).
 // user_init failures would only say "launch failed" and leave srun's exit code 0, so every problem is kept
-// and reported from task_init, which fails the step with srun exit code 1.
+// and reported from task_init, where the task ends itself before exec (exit status 1, srun's too), whether
+// plugstack.conf loads ddp.so as "required" or "optional".
+
+#include <unistd.h>
 
 #include <cstdio>
 
@@ -12,6 +15,7 @@
 #include "netif.hpp"
 #include "parse.hpp"
 #include "plugin_state.hpp"
+#include "ports.hpp"
 #include "resolve.hpp"
 #include "snapshot_dir.hpp"
 #include "user.hpp"
@@ -57,6 +61,19 @@ uint32_t env_u32(spank_t sp, const char* name) {
   return static_cast<uint32_t>(ddp::require_uint(*value, 0, UINT32_MAX, name));
 }
 
+// The job's key as srun, sbatch or salloc gave it (srun_side.cpp): under the carrier's name, which --export keeps,
+// else as DDP_JOB_KEY. Without one the port would come from public ids and ddp-train's store proof from no secret:
+// the step fails instead.
+std::string job_key(spank_t sp) {
+  for (const char* name : {ddp::kJobKeyCarrier, ddp::kJobKeyVariable}) {
+    const auto key = get_env(sp, name);
+    if (key && ddp::is_job_key(*key)) return *key;
+  }
+  throw ddp::Error(std::string("the job's key (") + ddp::kJobKeyVariable + ") did not reach this step: the srun, " +
+                   "sbatch or salloc that made the job or step ran without ddp.so, or removed " + ddp::kJobKeyCarrier +
+                   " from the environment; run them where plugstack.conf loads ddp.so");
+}
+
 ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   ddp::StepInfo step;
   step.step_id = step_id;
@@ -81,7 +98,7 @@ ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   }
   step.node_list = get_env(sp, "SLURM_STEP_NODELIST").value_or("");
   step.reserved_ports = get_env(sp, "SLURM_STEP_RESV_PORTS").value_or("");
-  step.job_key = get_env(sp, ddp::kJobKeyVariable).value_or("");
+  step.job_key = job_key(sp);
   if (const auto max_restarts = get_env(sp, "DDP_MAX_RESTARTS")) {
     step.max_restarts = static_cast<uint32_t>(ddp::require_uint(*max_restarts, 0, 1000000, "DDP_MAX_RESTARTS"));
   }
@@ -127,15 +144,18 @@ ddp::TaskInfo read_task(spank_t sp) {
   return task;
 }
 
-int fail_task(spank_t sp) {
-  // Every task fails; one task per node (node problems) or per step (step problems) says why.
+// Every task fails; one task per node (node problems) or per step (step problems) says why. The task ends here,
+// before exec, with exit status 1: Slurm does the same when a "required" plugin's task_init fails, and ignores the
+// failure of an "optional" one, whose task would otherwise run without any --ddp variable.
+[[noreturn]] void fail_task(spank_t sp) {
   const Failure& failure = *state().failure;
   int local_id = -1;
   uint32_t node_rank = 0;
   spank_get_item(sp, S_TASK_ID, &local_id);
   spank_get_item(sp, S_JOB_NODEID, &node_rank);
   if (local_id == 0 && (failure.node_specific || node_rank == 0)) log_error(failure.message);
-  return -1;
+  std::fflush(nullptr);
+  _exit(1);
 }
 
 // --ddp-check: a failed check fails the step with the reasons; warnings are printed once per node.
@@ -199,12 +219,12 @@ extern "C" int ddp_spank_task_init(spank_t sp, int, char**) {
   return guarded([&] {
     uint32_t step_id = 0;
     if (!is_ddp_step(sp, &step_id)) return 0;
-    if (state().failure) return fail_task(sp);
+    if (state().failure) fail_task(sp);
     try {
       return export_task_env(sp);
     } catch (const std::exception& e) {
       record_failure(e.what(), true);
-      return fail_task(sp);
     }
+    fail_task(sp);
   });
 }

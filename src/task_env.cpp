@@ -71,7 +71,8 @@ std::string TaskEnv::describe() const {
   std::string line;
   for (const EnvVar& var : vars_) {
     if (!line.empty()) line += ' ';
-    line += var.name + '=' + var.value;
+    // The job's key proves rank 0's store to the ranks: it never goes into output files others may read.
+    line += var.name + '=' + (var.name == kJobKeyVariable ? std::string("(secret)") : var.value);
     if (var.origin == Origin::User) line += "[user]";
   }
   return line;
@@ -96,6 +97,8 @@ TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user) {
   env.set("MASTER_PORT", std::to_string(plan.port.port));
   env.set("TORCHELASTIC_RUN_ID", run_id);
   env.set("TORCHELASTIC_RESTART_COUNT", std::to_string(step.restart_count));
+  // Also where --export=NONE kept it only under its carrier's name (ports.hpp).
+  if (!step.job_key.empty()) env.set(kJobKeyVariable, step.job_key);
   env.set("TORCHELASTIC_MAX_RESTARTS", std::to_string(step.max_restarts));
   // No torchrun agent holds a store here: rank 0 must host it, as init_process_group("env://") does by default.
   env.set("TORCHELASTIC_USE_AGENT_STORE", "False");

@@ -116,13 +116,28 @@ write_if_changed() {
   fi
 }
 
+# Processes that run a step (srun, slurmstepd on every node) map ddp.so, often from a PluginDir on shared storage.
+# The live file is never written to: the new one is written under a name of its own and renamed over it, in one
+# step. Its inode keeps a name too (ddp.so.<its SHA-256 prefix>): NFS removes a replaced file's inode at the server
+# once no name is left, and a process on another node mapping it would die of SIGBUS at its next page fault. The
+# five newest such copies are kept (a step started before five installs has long reloaded).
 install_plugin() {
-  if cmp -s "$built_plugin" "$plugin_dir/ddp.so"; then
-    say "unchanged: $plugin_dir/ddp.so"
-  else
-    install -m 0755 "$built_plugin" "$plugin_dir/ddp.so.new" && mv "$plugin_dir/ddp.so.new" "$plugin_dir/ddp.so"
-    say "installed: $plugin_dir/ddp.so"
+  local live=$plugin_dir/ddp.so new old
+  if cmp -s "$built_plugin" "$live"; then
+    say "unchanged: $live"
+    return
   fi
+  new=$(mktemp "$plugin_dir/.ddp.so.XXXXXX")
+  cat "$built_plugin" >"$new"
+  chmod 0755 "$new"
+  if [ -f "$live" ]; then
+    old=$plugin_dir/ddp.so.$(sha256sum "$live" | cut -c1-16)
+    [ -e "$old" ] || ln "$live" "$old"
+  fi
+  mv -f "$new" "$live"
+  find "$plugin_dir" -maxdepth 1 -name 'ddp.so.????????????????' -printf '%T@ %p\n' | sort -rn | tail -n +6 |
+    cut -d' ' -f2- | while IFS= read -r copy; do rm -f "$copy"; done
+  say "installed: $live${old:+ (the previous one stays as $old for the processes that map it)}"
 }
 
 configure_plugstack() {

@@ -103,12 +103,32 @@ need_tools() {
   [ ${#missing[@]} -eq 0 ] || die "missing ${missing[*]}: install slurmctld slurmd slurm-client munge iproute2 util-linux (./run.sh setup)"
 }
 
+# The state directory and every directory above it are root's: slurmctld and slurmd run as root on what is there
+# (slurm.conf, plugstack.conf, the plugin's copy), and /tmp is everyone's. One that another user made first, a link,
+# or a path through a directory others may change (no sticky bit) is refused, and nothing is done there.
+check_dir_is_safe() {
+  local prefix="" part owner mode type parts
+  IFS=/ read -ra parts <<<"${DIR#/}"
+  for part in "${parts[@]}"; do
+    prefix+="/$part"
+    [ -e "$prefix" ] || [ -L "$prefix" ] || break
+    read -r owner mode type < <(stat -c '%u %a %F' "$prefix")  # without -L: a link is one
+    [ "$type" = directory ] || die "$prefix is a $type, not a directory; remove it or set DDP_CLUSTER_DIR elsewhere"
+    [ "$owner" = 0 ] ||
+      die "$prefix is owned by uid $owner, not root: that user could change what the root-run test Slurm reads; remove it or set DDP_CLUSTER_DIR elsewhere"
+    if [ $((8#$mode & 8#022)) != 0 ] && { [ "$prefix" = "$DIR" ] || [ $((8#$mode & 8#1000)) = 0 ]; }; then
+      die "$prefix may be written by others (mode $mode): they could change what the root-run test Slurm reads; set DDP_CLUSTER_DIR elsewhere"
+    fi
+  done
+}
+
 # Deleting the state directory recursively is only safe when it is ours.
 check_dir_is_ours() {
   case $DIR in
     /*/*) ;;
     *) die "DDP_CLUSTER_DIR=$DIR must be an absolute path below a top-level directory, e.g. /tmp/ddp-cluster" ;;
   esac
+  check_dir_is_safe
   if [ -e "$DIR" ] && [ ! -e "$DIR/.ddp-test-cluster" ] && [ -n "$(ls -A "$DIR" 2>/dev/null)" ]; then
     die "$DIR exists and is not a test cluster's state directory; remove it or set DDP_CLUSTER_DIR elsewhere"
   fi
@@ -295,7 +315,7 @@ unmount_state() {
 
 # The plugin's per-boot topology cache (its default topology_cache): written by the steps of this cluster.
 remove_topology_cache() {
-  rm -f /run/slurm-ddp/topology-v1-*.xml /run/slurm-ddp/topology-v1-*.xml.tmp.*
+  rm -f /run/slurm-ddp/topology-*.xml /run/slurm-ddp/topology-*.xml.tmp.*
   rmdir /run/slurm-ddp 2>/dev/null || true
 }
 
@@ -352,9 +372,10 @@ ensure_user() {
 }
 
 make_dirs() {
-  mkdir -p "$DIR"
+  # Made by root, 0755, from scratch (teardown removed a leftover): check_dir_is_safe holds from here on.
+  mkdir -p "$(dirname "$DIR")"
+  mkdir -m 0755 "$DIR"
   touch "$DIR/.ddp-test-cluster"
-  chmod 0755 "$DIR"
   mkdir -p "$DIR"/{etc,log,run,run/slurm,ctld,spool,munge,ns} "$SHARED" "$LOCAL"
   chmod 1777 "$SHARED" "$LOCAL"
   : >"$DIR/etc/plugstack.conf"
@@ -683,7 +704,10 @@ cmd_up() {
 
 # ---------------------------------------------------------------------------------------------------- use
 
-need_up() { [ -f "$CONF" ] || die "no cluster is up at $DIR; run: cluster.sh up"; }
+need_up() {
+  check_dir_is_safe
+  [ -f "$CONF" ] || die "no cluster is up at $DIR; run: cluster.sh up"
+}
 
 cmd_env() {
   need_up

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "error.hpp"
 #include "task_env.hpp"
@@ -180,7 +181,7 @@ TEST_F(SnapshotDirTest, ADirectoryAnotherUserMadeIsRefusedWithOneLine) {
                                  "owner could read, replace or delete your snapshots; use a directory of your own "
                                  "(--ddp-snapshot-dir)"),
             0);
-  EXPECT_EQ(refused(parent + "/4711", "lies in '" + parent + "', which uid 65533 owns and everyone may write"), 0);
+  EXPECT_EQ(refused(parent + "/4711", "lies in '" + parent + "', which uid 65533 owns: its owner could replace"), 0);
   EXPECT_EQ(refused(root_ + "/ddp-4712", "is a symbolic link"), 0);
   // Nothing was created in the attacker's directories.
   EXPECT_FALSE(std::filesystem::exists(parent + "/4711"));
@@ -189,6 +190,55 @@ TEST_F(SnapshotDirTest, ADirectoryAnotherUserMadeIsRefusedWithOneLine) {
       as_user(kVictim,
               [&] { return error_of([&] { prepare_snapshot_dir(root_ + "/ddp-4713", kOption, kDeadline); }).empty(); }),
       0);
+}
+
+// A directory above the snapshot directory decides who can swap it: its owner, and whoever may write it unless the
+// sticky bit stops them from renaming what is not theirs. Each parent below is set up as the victim finds it, and
+// the victim's step must refuse it with one line naming that parent; the parents it accepts are those only root or
+// the victim control.
+TEST_F(SnapshotDirTest, AParentOthersControlIsRefusedWithOneLineNamingIt) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as two users";
+  ASSERT_EQ(chmod(root_.c_str(), 0755), 0);
+  struct Parent {
+    std::string name;
+    uid_t owner;
+    mode_t mode;
+    std::string refusal;  // empty: accepted
+  };
+  const std::vector<Parent> parents = {
+      {"group-writable", 0, 0775, "which its group may write (mode 0775, no sticky bit): they could replace"},
+      {"everyone-writable-root", 0, 0777, "which everyone may write (mode 0777, no sticky bit)"},
+      {"own-group-writable", kVictim, 02770, "which its group may write (mode 2770, no sticky bit)"},
+      {"sticky-of-another", kAttacker, 01777, "which uid 65533 owns: its owner could replace the snapshot directory"},
+      {"plain-of-another", kAttacker, 0755, "which uid 65533 owns: its owner could replace the snapshot directory"},
+      {"sticky-of-root", 0, 01777, ""},
+      {"group-sticky-of-root", 0, 01775, ""},
+      {"plain-of-root", 0, 0755, ""},
+      {"own", kVictim, 0755, ""},
+  };
+  for (const Parent& parent : parents) {
+    const std::string path = root_ + "/" + parent.name;
+    ASSERT_EQ(mkdir(path.c_str(), 0700), 0);
+    ASSERT_EQ(chown(path.c_str(), parent.owner, parent.owner), 0);
+    ASSERT_EQ(chmod(path.c_str(), parent.mode), 0);
+    // Where the victim may not create, the directory is there already, made by the victim.
+    ASSERT_EQ(mkdir((path + "/snapshots").c_str(), 0700), 0);
+    ASSERT_EQ(chown((path + "/snapshots").c_str(), kVictim, kVictim), 0);
+    const int held = as_user(kVictim, [&] {
+      const std::string message = error_of([&] { prepare_snapshot_dir(path + "/snapshots", kOption, kDeadline); });
+      const std::string expected = parent.refusal.empty() ? ""
+                                                          : "snapshot directory '" + path + "/snapshots' lies in '" +
+                                                                path + "', " + parent.refusal;
+      const bool ok = parent.refusal.empty()
+                          ? message.empty()
+                          : message.rfind(expected, 0) == 0 && message.find('\n') == std::string::npos;
+      if (!ok)
+        std::fprintf(stderr, "%s: expected [%s...], got [%s]\n", parent.name.c_str(), expected.c_str(),
+                     message.c_str());
+      return ok;
+    });
+    EXPECT_EQ(held, 0) << parent.name;
+  }
 }
 
 TEST_F(SnapshotDirTest, ChecksAsTheUserNotAsRoot) {

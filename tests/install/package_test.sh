@@ -34,6 +34,24 @@ printf 'ClusterName=pkg\nSlurmctldHost=localhost\nPlugStackConfig=%s\nNodeName=n
   "$WORK/plugstack.conf" >"$WORK/slurm.conf"
 help=$(SLURM_CONF=$WORK/slurm.conf srun --help)
 grep -q -- '--ddp-snapshot-dir' <<<"$help" || fail "srun does not load the packaged plugin"
+
+# `apt remove` keeps the snippet (a conffile) and removes ddp.so: its "required" line would stop every step on the
+# node. The maintainer scripts, run as dpkg runs them (DPKG_ROOT for a root elsewhere), set it aside and back.
+snippet=$WORK/root/etc/slurm/plugstack.conf.d/ddp.conf
+sed -i "s|$plugin_dir|$WORK/root$plugin_dir|" "$snippet"
+printf 'include %s/*.conf\n' "$(dirname "$snippet")" >"$WORK/plugstack.conf"
+SLURM_CONF=$WORK/slurm.conf srun --help | grep -q -- '--ddp-snapshot-dir' || fail "srun does not load the included snippet"
+rm "$WORK/root$plugin_dir/ddp.so"
+for script in postinst postrm; do [ -x "$WORK/control/$script" ] || fail "the package has no $script"; done
+DPKG_ROOT=$WORK/root "$WORK/control/postrm" remove
+SLURM_CONF=$WORK/slurm.conf srun --help >"$WORK/after-remove.log" 2>&1 ||
+  fail "after apt remove, srun fails: $(cat "$WORK/after-remove.log")"
+[ -e "$snippet.removed" ] || fail "the snippet was not kept aside"
+DPKG_ROOT=$WORK/root "$WORK/control/postinst" configure
+grep -q "^required $WORK/root$plugin_dir/ddp.so$" "$snippet" || fail "reinstall: the snippet did not come back as it was"
+DPKG_ROOT=$WORK/root "$WORK/control/postrm" remove
+DPKG_ROOT=$WORK/root "$WORK/control/postrm" purge
+[ -z "$(ls -A "$WORK/root/etc/slurm/plugstack.conf.d")" ] || fail "purge left $(ls -A "$WORK/root/etc/slurm/plugstack.conf.d")"
 # The tools package: the CLIs and ddp-restart on PATH, the templates as examples, a dependency on LibTorch.
 tools=$(ls "$WORK"/slurm-ddp-tools_*.deb)
 contents=$(dpkg-deb -c "$tools")
