@@ -65,13 +65,15 @@ build() {
   dir=$(build_dir "$stack")
   [ "$stack" != debian14 ] || standard=20
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_FUZZ="$(on_the_host)" \
-    -DDDP_TEST_SCALE="$(on_the_host)" -DDDP_TEST_GPU_CHECK="$([ "$stack" = debian13 ] && echo ON || echo OFF)" \
+    -DDDP_TEST_SCALE="$(on_the_host)" -DDDP_TEST_INSTALL_SCRIPT="$(on_the_host)" \
+    -DDDP_TEST_GPU_CHECK="$([ "$stack" = debian13 ] && echo ON || echo OFF)" \
     -DCMAKE_CXX_STANDARD=$standard >/dev/null
   cmake --build "$dir" -j "$(nproc)"
 }
 
 # What does not depend on the stack runs once, on this machine's: the fuzz targets (the core's parsers, which use
-# no library of the stack), the sanitizer leg and the 32-node scale test. ON here, OFF in a root.
+# no library of the stack), the sanitizer leg, the 32-node scale test and the head-node install script's own build
+# of the plugin. ON here, OFF in a root.
 on_the_host() { if [ -z "${DDP_IN_ROOT:-}" ]; then echo ON; else echo OFF; fi; }
 
 run_tests() {
