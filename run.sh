@@ -67,7 +67,7 @@ build() {
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_FUZZ="$(on_the_host)" \
     -DDDP_TEST_SCALE="$(on_the_host)" -DDDP_TEST_INSTALL_SCRIPT="$(on_the_host)" \
     -DDDP_TEST_GPU_CHECK="$([ "$stack" = debian13 ] && echo ON || echo OFF)" \
-    -DCMAKE_CXX_STANDARD=$standard >/dev/null
+    -DDDP_UNITY_BUILD=ON -DCMAKE_CXX_STANDARD=$standard >/dev/null
   cmake --build "$dir" -j "$(nproc)"
 }
 
@@ -114,7 +114,7 @@ nccl_build() {
   # In the cache too, so that a later regeneration without this environment finds the same LibTorch.
   # shellcheck disable=SC2154  # Torch_DIR comes from the eval
   log=$(cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_STANDARD=20 -DDDP_FUZZ=OFF \
-    -DDDP_BUILD_PLUGIN=OFF -DTorch_DIR="$Torch_DIR" -DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH" \
+    -DDDP_UNITY_BUILD=ON -DDDP_BUILD_PLUGIN=OFF -DTorch_DIR="$Torch_DIR" -DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH" \
     -DCMAKE_PROJECT_INCLUDE="$ROOT/tests/stacks/cuda_libtorch.cmake" 2>&1) ||
     { echo "$log"; return 1; }
   grep -q 'NCCL backend enabled' <<<"$log" ||

@@ -26,6 +26,7 @@
 #include "ddp_runtime/snapshot.hpp"
 #include "ddp_runtime/stop_request.hpp"
 #include "ddp_runtime/straggler.hpp"
+#include "ddp_runtime/tensor_text.hpp"
 #include "ddp_runtime/train.hpp"
 #include "error.hpp"
 
@@ -74,16 +75,6 @@ std::string duration_text(double seconds) {
   return text;
 }
 
-std::string sizes_text(const at::Tensor& tensor) {
-  std::ostringstream text;
-  text << tensor.sizes();
-  return text.str();
-}
-
-std::string describe(const at::Tensor& tensor) {
-  return sizes_text(tensor) + " " + std::string(c10::toString(tensor.scalar_type()));
-}
-
 NamedTensors model_state(Model& model) {
   NamedTensors state = model.named_parameters();
   for (auto& buffer : model.named_buffers()) state.push_back(std::move(buffer));
@@ -109,9 +100,9 @@ void limit_threads(const Launch& launch) {
 
 void check_loss_fits(const TrainingJob& job, const at::Tensor& output, const at::Tensor& targets) {
   const std::string loss = std::string("--loss ") + to_string(job.loss);
-  const std::string outputs = job.model_name + " outputs " + describe(output) + " for a batch of " +
+  const std::string outputs = job.model_name + " outputs " + tensor_text(output) + " for a batch of " +
                               std::to_string(targets.size(0)) + " and the targets 'y' of " + job.data->name() +
-                              " are " + describe(targets);
+                              " are " + tensor_text(targets);
   if (!output.is_floating_point()) throw Error(outputs + "; a loss needs floating-point outputs");
   if (job.loss == LossKind::MeanSquaredError) {
     if (!targets.is_floating_point() || targets.sizes() != output.sizes()) {
@@ -162,7 +153,7 @@ void check_job(TrainingJob& job, const TrainOptions& options, c10::Device device
     throw;
   } catch (const std::exception& e) {
     throw Error(job.model_name + " fails on the inputs 'x' of " + job.data->name() + " (a batch of " +
-                describe(batch.inputs) + "): " + error_summary(e));
+                tensor_text(batch.inputs) + "): " + error_summary(e));
   }
   job.model->train(true);
   const at::Tensor targets = batch.targets.to(device);
@@ -171,7 +162,7 @@ void check_job(TrainingJob& job, const TrainOptions& options, c10::Device device
     compute_loss(job.loss, output, targets);
   } catch (const c10::Error& e) {
     throw Error(std::string("--loss ") + to_string(job.loss) + " does not fit " + job.model_name + "'s output " +
-                describe(output) + " and the targets " + describe(targets) + " of " + job.data->name() + ": " +
+                tensor_text(output) + " and the targets " + tensor_text(targets) + " of " + job.data->name() + ": " +
                 error_summary(e));
   }
 }
@@ -222,8 +213,9 @@ void check_fits(const NamedTensors& model, const LoadedSnapshot& snapshot, const
     const at::Tensor* saved = find_tensor(snapshot.content.model_state, name);
     if (saved == nullptr) throw Error("snapshot " + snapshot.path + " has no tensor '" + name + "' of the model" + fix);
     if (saved->sizes() != tensor.sizes()) {
-      throw Error("snapshot " + snapshot.path + " does not fit the model: '" + name + "' is " + sizes_text(*saved) +
-                  " in the snapshot but " + sizes_text(tensor) + " in the model" + fix);
+      throw Error("snapshot " + snapshot.path + " does not fit the model: '" + name + "' is " +
+                  shape_text(saved->sizes()) + " in the snapshot but " + shape_text(tensor.sizes()) + " in the model" +
+                  fix);
     }
   }
   for (const auto& [name, tensor] : snapshot.content.model_state) {

@@ -22,6 +22,8 @@
 namespace ddp {
 namespace {
 
+using ddp::testing::error_of;
+
 // What PyTorch's @record wrote for `raise RuntimeError("boom")` (python3-torch 1.13, Debian 12), byte for byte.
 const char* const kRecordOutput =
     R"json({"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack": "Traceback (most recent call )json"
@@ -306,15 +308,6 @@ unsigned mode_of(const std::string& path) {
   struct stat info = {};
   EXPECT_EQ(lstat(path.c_str(), &info), 0) << path;
   return info.st_mode & 07777;
-}
-
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(StepLogs, PrepareMakesTheBaseAndTheStepsDirectoryPrivate) {

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "error.hpp"
+#include "test_common.hpp"
 
 namespace ddp {
 namespace {
+
+using ddp::testing::error_of;
 
 size_t index_of(const std::string& name) {
   const auto& table = option_table();
@@ -14,15 +17,6 @@ size_t index_of(const std::string& name) {
   }
   ADD_FAILURE() << "no option " << name;
   return table.size();
-}
-
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Options, DdpTakesAnOptionalBackend) {

@@ -18,18 +18,10 @@
 namespace ddp {
 namespace {
 
+using ddp::testing::error_of;
+
 namespace fs = std::filesystem;
 const PathVars kVars{"alice", "4711", "resnet"};
-
-std::string error_of(const std::function<void()>& body) {
-  // Empty when body succeeds.
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 class SnapshotDirTest : public ::testing::Test {
  protected:

@@ -13,10 +13,14 @@
 #include <filesystem>
 
 #include "ddp_runtime/c10d_compat.hpp"
+#include "test_common.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
 namespace {
+
+using ddp::runtime::testing::with;
+using ddp::testing::contains;
 
 using testing::ddp_train;
 using testing::Result;
@@ -30,8 +34,6 @@ void expect_equal_models(const std::string& a, const std::string& b) {
         << item.key().toStringRef() << " differs between " << a << " and " << b;
   }
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // mpirun's messages are wrapped at different columns by OpenMPI 4 and 5.
 std::string unwrapped(std::string text) {
@@ -380,11 +382,6 @@ void expect_close_models(const std::string& a, const std::string& b) {
 const std::vector<std::string> kMlpArgs{"--workload",      "mlp", "--width",    "64",  "--samples", "512",
                                         "--batch-size",    "16",  "--momentum", "0.9", "--lr",      "0.01",
                                         "--bucket-cap-mb", "0.01"};
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
-}
 
 TEST(DdpTrainMpi, EndsWithTheSameModelAsGloo) {
   if (const std::string why = testing::mpi_missing(); !why.empty()) GTEST_SKIP() << why;
