@@ -93,7 +93,7 @@ compat::StorePtr make_store(Launch& launch, std::chrono::milliseconds timeout) {
     }
     // The port the kernel picked when MASTER_PORT was 0 (OpenMPI launches): the one the others will be told.
     launch.master_port = static_cast<c10d::TCPStore&>(*store).getPort();
-    return publish_proof(store, launch, launch.master_port);
+    return publish_proof(store, launch);
   }
   wait_for_listener(launch, timeout);
   const auto proof_wait = std::min<std::chrono::milliseconds>(timeout, kProofWait);

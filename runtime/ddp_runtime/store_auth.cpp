@@ -27,12 +27,6 @@ std::string sha1_bytes(const std::string& data) {
 
 std::string job_key(const Launch& launch) { return launch.job_key.empty() ? std::string(kNoKey) : launch.job_key; }
 
-std::string proof_for(const Launch& launch, int port) {
-  return hmac_sha1_hex(job_key(launch), "ddp-train store " + launch.run_id + " " +
-                                            std::to_string(launch.restart_count) + " " + launch.master_addr + ":" +
-                                            std::to_string(port));
-}
-
 compat::StorePtr under_prefix(const Launch& launch, compat::StorePtr store) {
   return c10::make_intrusive<c10d::PrefixStore>(store_key_prefix(launch), std::move(store));
 }
@@ -50,14 +44,18 @@ std::string hmac_sha1_hex(const std::string& key, const std::string& message) {
   return c10::sha1(outer + sha1_bytes(inner + message)).str();
 }
 
-std::string store_proof(const Launch& launch) { return proof_for(launch, launch.master_port); }
+std::string store_proof(const Launch& launch) {
+  return hmac_sha1_hex(job_key(launch), "ddp-train store " + launch.run_id + " " +
+                                            std::to_string(launch.restart_count) + " " + launch.master_addr + ":" +
+                                            std::to_string(launch.master_port));
+}
 
 std::string store_key_prefix(const Launch& launch) {
   return hmac_sha1_hex(job_key(launch), "ddp-train keys " + launch.run_id + " " + std::to_string(launch.restart_count));
 }
 
-compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& launch, int bound_port) {
-  const std::string proof = proof_for(launch, bound_port);
+compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& launch) {
+  const std::string proof = store_proof(launch);
   store->set(kStoreProofKey, std::vector<uint8_t>(proof.begin(), proof.end()));
   return under_prefix(launch, store);
 }

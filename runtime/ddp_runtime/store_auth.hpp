@@ -33,8 +33,9 @@ std::string hmac_sha1_hex(const std::string& key, const std::string& message);
 std::string store_proof(const Launch& launch);
 std::string store_key_prefix(const Launch& launch);
 
-// Rank 0: writes the proof into the store it hosts, bound to `bound_port`; returns the store under the key prefix.
-compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& launch, int bound_port);
+// Rank 0: writes the proof into the store it hosts (launch.master_port: the port it bound); returns the store under
+// the key prefix.
+compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& launch);
 
 // Connects to rank 0's store as a client and reads its proof within `wait` (a listener that never answers does not
 // hold this rank longer: the client runs on a thread of its own, left behind at the deadline). Returns the store
