@@ -51,7 +51,7 @@ EOF
 cat >"$BIN/scontrol" <<'EOF'
 #!/usr/bin/env bash
 case "$1 ${2:-}" in
-  "show job") echo "JobId=$3 JobName=t UserId=u(1) JobState=${FAKE_JOB_STATE:-RUNNING} Reason=None Restarts=0" ;;
+  "show job") echo "JobId=$3 JobName=t UserId=u(1) JobState=${FAKE_JOB_STATE:-RUNNING} Reason=${FAKE_REASON:-None} Dependency=(null) Restarts=0" ;;
   "show hostnames") echo node1; echo node2 ;;
   "requeue "*) echo "$2" >>"$FAKE_DIR/requeued" ;;
 esac
@@ -104,15 +104,17 @@ finish
 [ "$status" = 0 ] || fail "term: exit status $status"
 expect "$FAKE_DIR/err" "ddp-restart: SIGTERM: asking the tasks for a snapshot" "term"
 expect "$FAKE_DIR/out" "task 0: stopped at the step boundary on SIGUSR2" "term: USR2 reached the tasks"
-expect "$FAKE_DIR/err" "tasks ended with exit code 75 after SIGTERM; requeueing job 42 (JobState=RUNNING)" "term"
+expect "$FAKE_DIR/err" "tasks ended with exit code 75 after SIGTERM; requeueing job 42 (JobState=RUNNING, Reason=None)" \
+  "term"
 expect "$FAKE_DIR/requeued" "42" "term: requeued"
 expect_not "$FAKE_DIR/srun-calls" "--ignore-signals" "term: srun without --ignore-signals"
 
-# Slurm ends the job (scancel, time limit): SIGTERM reaches every process of the batch step at once. srun (26.05's,
-# told to ignore it) and its output relays go on until the tasks have stopped; a cancelled job is not requeued.
+# Slurm ends the job (scancel): SIGTERM reaches every process of the batch step at once. srun (26.05's, told to
+# ignore it) and its output relays go on until the tasks have stopped; the job, which slurmctld shows COMPLETING
+# (hiding that it was cancelled), is not requeued.
 case_dir cancelled
 # setsid: ddp-restart leads a process group of its own, as the batch script does in its step.
-LAUNCH=setsid FAKE_SRUN=stop-on-usr2 FAKE_SRUN_IGNORES_SIGNALS=1 FAKE_JOB_STATE=CANCELLED restart
+LAUNCH=setsid FAKE_SRUN=stop-on-usr2 FAKE_SRUN_IGNORES_SIGNALS=1 FAKE_JOB_STATE=COMPLETING restart
 wait_for_file "$FAKE_DIR/running"
 kill -TERM -- "-$pid"
 finish
@@ -120,8 +122,19 @@ finish
 expect "$FAKE_DIR/srun-calls" "--label --ignore-signals=TERM -N1 program" "cancelled: srun ignores SIGTERM"
 expect "$FAKE_DIR/out" "task 0: got SIGTERM from its slurmstepd" "cancelled: output after SIGTERM"
 expect "$FAKE_DIR/out" "task 0: stopped at the step boundary on SIGUSR2" "cancelled: output after SIGTERM"
-expect "$FAKE_DIR/err" "job 42 was cancelled, so it is not requeued" "cancelled"
+expect "$FAKE_DIR/err" "Slurm is ending job 42 (JobState=COMPLETING, Reason=None), which is not requeued here" \
+  "cancelled"
 [ ! -e "$FAKE_DIR/requeued" ] || fail "cancelled: the job was requeued"
+
+# The time limit without a warning signal: the job, out of time, is requeued to go on in a new allocation.
+case_dir timelimit
+FAKE_SRUN=stop-on-usr2 FAKE_JOB_STATE=COMPLETING FAKE_REASON=TimeLimit restart
+wait_for_file "$FAKE_DIR/running"
+kill -TERM "$pid"
+finish
+[ "$status" = 0 ] || fail "timelimit: exit status $status"
+expect "$FAKE_DIR/err" "requeueing job 42 (JobState=COMPLETING, Reason=TimeLimit)" "timelimit"
+expect "$FAKE_DIR/requeued" "42" "timelimit: requeued"
 
 # Tasks that stopped on a signal of their own exit with 75: the job is requeued, not restarted.
 case_dir exit75
