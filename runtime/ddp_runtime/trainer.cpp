@@ -228,14 +228,16 @@ void check_fits(const NamedTensors& model, const LoadedSnapshot& snapshot, const
 std::optional<LoadedSnapshot> find_start(const TrainOptions& options, SnapshotStore& store) {
   if (options.resume.empty()) return store.resume();
   try {
-    return LoadedSnapshot{options.resume, read_snapshot(options.resume)};
+    return load_snapshot(SnapshotFile::open(options.resume));
   } catch (const SnapshotCorrupt& e) {
     throw Error(std::string("--resume: ") + e.what() + "; name a snapshot that ddp-train or the seed script wrote");
   }
 }
 
 // Rank 0 opens the snapshot directory and picks the snapshot every rank starts from; a failure there stops every
-// rank with rank 0's message instead of leaving the others waiting in the first collective.
+// rank with rank 0's message instead of leaving the others waiting in the first collective. The others receive the
+// bytes rank 0 read, never the file by its path: what sits at that path for them (another node's view of the
+// directory, or a file swapped since rank 0 read it) cannot feed them another state.
 std::optional<LoadedSnapshot> agree_on_start(const Distributed& dist, const TrainOptions& options,
                                              std::unique_ptr<SnapshotStore>& store, Console& console) {
   std::optional<LoadedSnapshot> loaded;
@@ -256,12 +258,14 @@ std::optional<LoadedSnapshot> agree_on_start(const Distributed& dist, const Trai
   if (decision.front() == 'E') throw Error(decision.substr(1));
   if (decision.front() == 'F') throw std::runtime_error(decision.substr(1));
   const std::string path = decision.substr(1);
-  if (path.empty() || loaded) return loaded;
+  if (path.empty()) return loaded;
+  const ByteView bytes = broadcast_bytes(dist, loaded ? loaded->bytes : ByteView());
+  if (loaded) return loaded;
   try {
-    return LoadedSnapshot{path, read_snapshot(path)};
+    return LoadedSnapshot{path, read_snapshot(bytes, path), bytes};
   } catch (const SnapshotCorrupt& e) {
     throw std::runtime_error("rank " + std::to_string(dist.rank) +
-                             " cannot read the snapshot rank 0 chose: " + e.what());
+                             " cannot read the snapshot rank 0 sent: " + e.what());
   }
 }
 
@@ -501,8 +505,10 @@ int Trainer::train() {
     }
     at::Tensor done = at::zeros({1}, at::kDouble);
     all_reduce_sum(dist_, done);  // no rank exits before rank 0's snapshot is durable
+    const std::string signal = stop_signal_name();
     console_.line(rank_label() + " Stopped at epoch " + std::to_string(progress_.epochs_run) + ", batch " +
-                  std::to_string(progress_.batches_done) + " on request (SIGUSR2); run the same command to resume");
+                  std::to_string(progress_.batches_done) + " on request" + (signal.empty() ? "" : " (" + signal + ")") +
+                  "; run the same command to resume");
     return kExitStopped;
   }
   const double seconds = Seconds(Clock::now() - start).count();
