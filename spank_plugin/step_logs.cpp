@@ -8,6 +8,7 @@
 #include "dispatch.h"
 #include "error.hpp"
 #include "failure_report.hpp"
+#include "mount_view.hpp"
 #include "plugin_state.hpp"
 #include "step_logs.hpp"
 
@@ -15,11 +16,16 @@ using namespace ddp::spank;
 
 namespace ddp::spank {
 
-void prepare_failure_reporting(const StepPlan& plan, const TaskInfo& task, TaskEnv& env) {
+void prepare_failure_reporting(const StepPlan& plan, const TaskInfo& task, TaskEnv& env,
+                               const ContainerView* container) {
   const auto base = ddp::log_base(env.user_value(ddp::kLogDirVariable), plan.step.home);
   std::optional<std::string> dir;
   if (base) dir = ddp::step_log_dir(*base, env.value("TORCHELASTIC_RUN_ID").value_or(""));
   try {
+    if (dir && container != nullptr) {
+      ddp::require_node_file_system(*dir, "log directory", container->node_devices, ddp::this_mount_view().mounts,
+                                    container->mount_option);
+    }
     if (dir) ddp::prepare_step_log_dir(*dir, task.rank, plan.step.hostname);
   } catch (const ddp::Error& e) {
     if (task.local_rank == 0) {

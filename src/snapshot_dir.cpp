@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "error.hpp"
+#include "mount_view.hpp"
 #include "parse.hpp"
 
 namespace ddp {
@@ -174,7 +175,8 @@ SnapshotDir SnapshotDir::open(const std::string& path, const std::string& option
   return SnapshotDir(path, DirWalk(path, option).open());
 }
 
-void prepare_snapshot_dir(const std::string& path, const std::string& option, std::chrono::milliseconds deadline) {
+void prepare_snapshot_dir(const std::string& path, const std::string& option, std::chrono::milliseconds deadline,
+                          const ContainerView* container) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0)
     throw Error(std::string("cannot check the snapshot directory: ") + std::strerror(errno));
@@ -191,6 +193,10 @@ void prepare_snapshot_dir(const std::string& path, const std::string& option, st
     closefrom(4);
     std::string message;
     try {
+      if (container != nullptr) {
+        require_node_file_system(path, "snapshot directory", container->node_devices, this_mount_view().mounts,
+                                 container->mount_option);
+      }
       SnapshotDir::open(path, option);
     } catch (const std::exception& e) {
       message = e.what();

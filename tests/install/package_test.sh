@@ -15,7 +15,8 @@ plugin_dir=$(dirname "$(find /usr/lib -name auth_munge.so -path '*slurm*' | head
 contents=$(dpkg-deb -c "$deb")
 info=$(dpkg-deb -I "$deb")
 grep -q " \.$plugin_dir/ddp\.so$" <<<"$contents" || fail "ddp.so is not in $plugin_dir: $contents"
-grep -q ' \./etc/slurm/plugstack\.conf\.d/ddp\.conf$' <<<"$contents" || fail "no plugstack snippet"
+# zz-ddp.conf: Slurm reads plugstack.conf.d in sorted order, and ddp.so comes after pyxis (pyxis.conf).
+grep -q ' \./etc/slurm/plugstack\.conf\.d/zz-ddp\.conf$' <<<"$contents" || fail "no plugstack snippet"
 # The series of the headers it was built against, and the next one (22.05 and 22.06; 24.11 and 24.12).
 number=$(sed -n -E 's/^#define SLURM_VERSION_NUMBER 0x([0-9a-fA-F]+).*/\1/p' /usr/include/slurm/slurm_version.h)
 series=$(printf '%d.%02d' $((16#$number >> 16 & 255)) $((16#$number >> 8 & 255)))
@@ -24,12 +25,18 @@ grep -qF "Depends: slurm-wlm-basic-plugins (>= $series), slurm-wlm-basic-plugins
   fail "no dependency on the Slurm series $series: $(grep Depends <<<"$info")"
 grep -q ' \./usr/share/doc/slurm-ddp-plugin/copyright$' <<<"$contents" || fail "no copyright file (LICENSE)"
 dpkg-deb -e "$deb" "$WORK/control"
-[ "$(cat "$WORK/control/conffiles")" = "/etc/slurm/plugstack.conf.d/ddp.conf" ] || fail "snippet is not a conffile"
+[ "$(cat "$WORK/control/conffiles")" = "/etc/slurm/plugstack.conf.d/zz-ddp.conf" ] || fail "snippet is not a conffile"
+# An earlier package's ddp.conf is moved to the new name on upgrade, by every maintainer script.
+for script in preinst postinst postrm; do
+  grep -q "^dpkg-maintscript-helper mv_conffile /etc/slurm/plugstack.conf.d/ddp.conf /etc/slurm/plugstack.conf.d/zz-ddp.conf " \
+    "$WORK/control/$script" || fail "$script does not move the old ddp.conf: $(cat "$WORK/control/$script" 2>&1)"
+  [ -x "$WORK/control/$script" ] || fail "$script is not executable"
+done
 
 # The packaged plugin and snippet, unpacked into a scratch root, load in srun.
 dpkg-deb -x "$deb" "$WORK/root"
-grep -q "^required $plugin_dir/ddp.so$" "$WORK/root/etc/slurm/plugstack.conf.d/ddp.conf" || fail "snippet line"
-sed "s|$plugin_dir|$WORK/root$plugin_dir|" "$WORK/root/etc/slurm/plugstack.conf.d/ddp.conf" >"$WORK/plugstack.conf"
+grep -q "^required $plugin_dir/ddp.so$" "$WORK/root/etc/slurm/plugstack.conf.d/zz-ddp.conf" || fail "snippet line"
+sed "s|$plugin_dir|$WORK/root$plugin_dir|" "$WORK/root/etc/slurm/plugstack.conf.d/zz-ddp.conf" >"$WORK/plugstack.conf"
 printf 'ClusterName=pkg\nSlurmctldHost=localhost\nPlugStackConfig=%s\nNodeName=n1 CPUs=1\nPartitionName=p Nodes=n1\n' \
   "$WORK/plugstack.conf" >"$WORK/slurm.conf"
 help=$(SLURM_CONF=$WORK/slurm.conf srun --help)
