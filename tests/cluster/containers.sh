@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# srun --ddp in real container runtimes from Debian's packages, on 2 nodes x 2 tasks, with the cluster's image of
+# this stack's own root (cluster.sh: DDP_CLUSTER_IMAGE): Charliecloud (srun --ddp ch-run IMAGE -- ...) and Slurm's
+# OCI containers (srun --ddp --container=BUNDLE ..., oci.conf running rootless crun). In each: every task sees the
+# contract ddp.so set and runs on the CPUs it chose (--ddp-verbose), a PyTorch Gloo all-reduce across the nodes,
+# ddp-train with snapshots on the shared directory and a resume from them; ddp-doctor inside ch-run. Then bad input,
+# each failing the step before training and leaving the snapshots as they were: an image and a bundle that do not
+# exist, a snapshot directory the container does not mount (named with ch-run -b, by ddp-train and ddp-doctor).
+# Both runtimes need unprivileged user namespaces for the job user: checked first, skipped without.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=training_lib.sh
+source "$(dirname "$0")/training_lib.sh"
+# shellcheck source=container_lib.sh
+source "$(dirname "$0")/container_lib.sh"
+command -v ch-run >/dev/null || skip "Charliecloud is not installed (charliecloud-runtime)"
+command -v crun >/dev/null || skip "crun is not installed"
+userns_works || skip "the job user cannot create user namespaces here (ch-run and rootless crun need them)"
+[ -x "${DDP_BUILD_DIR:-}/src/doctor/ddp-doctor" ] || skip "ddp-doctor is not built"
+IMAGE=$DDP_CLUSTER_IMAGE
+ALLREDUCE=$(stage "$(dirname "$0")/allreduce.py")
+DOCTOR=$(stage "$DDP_BUILD_DIR/src/doctor/ddp-doctor")
+TRAIN=(--workload seed --batch-size 64)
+uid=$(id -u "$DDP_CLUSTER_USER")
+gid=$(id -g "$DDP_CLUSTER_USER")
+
+# --- Slurm's OCI containers: oci.conf beside slurm.conf (slurmstepd reads it at every --container step), crun as
+# Slurm's containers.shtml shows it for rootless runs, plus --cgroup-manager=disabled (these nodes have no cgroups
+# of their own), and a bundle whose root is the cluster's image ------------------------------------------------
+setup_oci() {
+  local crun="crun --rootless=true --cgroup-manager=disabled --root=/run/user/%U/"
+  cat >"$DDP_CLUSTER_DIR/etc/oci.conf" <<EOF
+EnvExclude="^(SLURM_CONF|SLURM_CONF_SERVER)="
+RunTimeEnvExclude="^(SLURM_CONF|SLURM_CONF_SERVER)="
+RunTimeQuery="$crun state %n.%u.%j.%s.%t"
+RunTimeKill="$crun kill -a %n.%u.%j.%s.%t"
+RunTimeDelete="$crun delete --force %n.%u.%j.%s.%t"
+RunTimeRun="$crun run --bundle %b %n.%u.%j.%s.%t"
+EOF
+  on_exit "rm -f '$DDP_CLUSTER_DIR/etc/oci.conf'"
+  install -d -o "$uid" -g "$gid" -m 0700 "/run/user/$uid"
+  on_exit "rm -rf /run/user/$uid"
+  BUNDLE=$TEST_DIR/bundle
+  install -d -o "$DDP_CLUSTER_USER" "$BUNDLE"
+  # The node's network and host name (no network or UTS namespace); the job user as itself inside; /run and /tmp
+  # the container's own (Slurm binds its spool directory below /var/run), the shared directory bound in.
+  cat >"$BUNDLE/config.json" <<EOF
+{
+  "ociVersion": "1.0.0",
+  "process": {"terminal": false, "user": {"uid": $uid, "gid": $gid}, "args": ["true"], "cwd": "/",
+              "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], "noNewPrivileges": true},
+  "root": {"path": "$IMAGE", "readonly": true},
+  "mounts": [
+    {"destination": "/proc", "type": "proc", "source": "proc"},
+    {"destination": "/dev", "type": "bind", "source": "/dev", "options": ["rbind", "nosuid"]},
+    {"destination": "/sys", "type": "bind", "source": "/sys", "options": ["rbind", "nosuid"]},
+    {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=755"]},
+    {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+    {"destination": "$DDP_CLUSTER_SHARED", "type": "bind", "source": "$DDP_CLUSTER_SHARED", "options": ["rbind"]},
+    {"destination": "/etc/hosts", "type": "bind", "source": "/etc/hosts", "options": ["bind"]}
+  ],
+  "linux": {
+    "namespaces": [{"type": "pid"}, {"type": "mount"}, {"type": "user"}],
+    "uidMappings": [{"containerID": $uid, "hostID": $uid, "size": 1}],
+    "gidMappings": [{"containerID": $gid, "hostID": $gid, "size": 1}]
+  }
+}
+EOF
+}
+
+# One runtime: PREFIX starts a command in its container (srun options and command words).
+check_runtime() {
+  local name=$1 out dir
+  shift
+  out=$(view_tasks -- "$@") || fail "$name: the task view failed: $out"
+  assert_eq 4/4 "$(tasks_right "$out")" "$name: tasks whose contract and CPUs are ddp.so's: $out"
+  case $name in
+    ch-run) assert_eq 4 "$(grep -c '^task .* CH_RUNNING=Weird_Al_Yankovic ' <<<"$out")" "$name: tasks inside ch-run: $out" ;;
+    oci) assert_eq 4 "$(grep -c "^task .* SLURM_CONTAINER=$BUNDLE " <<<"$out")" "$name: tasks inside the bundle: $out" ;;
+  esac
+  # Inside a mount namespace of its own, not the node's.
+  assert_eq 0 "$(grep -c "mntns=$(on_node node1 readlink /proc/self/ns/mnt)" <<<"$out")" "$name: the container's view"
+  figure "$name contract" "$(tasks_right "$out") tasks right; binding: $(grep -m1 '^ddp: rank 0 ' <<<"$out" | sed 's/.* | //')"
+
+  out=$(run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 "$@" /usr/bin/python3 "$ALLREDUCE" 2>&1) ||
+    fail "$name: torch.distributed in the container failed: $out"
+  assert_eq 4 "$(grep -c 'world=4 .* sum=10 expected=10 OK' <<<"$out")" "$name: Gloo all-reduce of 4 ranks: $out"
+  figure "$name allreduce" "$(grep -c ' OK$' <<<"$out")/4 ranks sum=10"
+
+  dir=$TEST_DIR/$name
+  install -d -o "$DDP_CLUSTER_USER" "$dir"
+  out=$(run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 --ddp-snapshot-dir="$dir/snapshots" "$@" \
+    "$STAGED_TRAIN" "${TRAIN[@]}" 2 1 2>&1) || fail "$name: ddp-train failed: $out"
+  assert_contains "$out" "Epoch 1 | Training snapshot saved at $dir/snapshots/snapshot-e000002-" "$name: a snapshot on the shared directory"
+  assert_snapshots_load "$dir/snapshots"
+  out=$(run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 --ddp-snapshot-dir="$dir/snapshots" "$@" \
+    "$STAGED_TRAIN" "${TRAIN[@]}" 3 1 2>&1) || fail "$name: ddp-train's resume failed: $out"
+  assert_eq 4 "$(grep -c 'Resuming training from snapshot at Epoch 2' <<<"$out")" "$name: every rank resumed: $out"
+  assert_contains "$out" "Epoch 2 | Training snapshot saved at $dir/snapshots/snapshot-e000003-" "$name: the resumed run's snapshot"
+  figure "$name ddp-train" "4 ranks wrote snapshots for epochs 1-2 on the shared directory, resumed at epoch 2 and wrote epoch 3"
+}
+
+# ddp-doctor inside ch-run: what the container lets the run see.
+check_doctor_in_container() {
+  local out snap=$TEST_DIR/doctor-snap
+  out=$(run_on_cluster timeout 120 srun --ddp=gloo -N2 --ntasks-per-node=1 --ddp-snapshot-dir="$snap" \
+    ch-run "$IMAGE" -- "$DOCTOR" --quick --timeout 10 --snapshot-size 1M 2>&1) || fail "ddp-doctor inside ch-run: $out"
+  assert_match "$out" "container.runtime +OK +Charliecloud \(ch-run\)" "the doctor names the runtime: $out"
+  assert_match "$out" "container.snapshot_dir +OK +present" "the doctor sees the prepared directory: $out"
+  figure "ch-run ddp-doctor" "$(grep -E '^ *container\.' <<<"$out" | tr -s ' ' | paste -sd';' -)"
+}
+
+# --- bad input: each fails the step before training and leaves the snapshots as they were ----------------------
+check_bad_input() {
+  local snaps=$TEST_DIR/ch-run/snapshots before out
+  before=$(cd "$snaps" && sha256sum -- *)
+  # An image that does not exist: ch-run's own one line.
+  assert_fails "ch-run with a missing image" run_on_cluster timeout 60 srun --ddp -N2 --ntasks-per-node=2 \
+    --ddp-snapshot-dir="$snaps" ch-run "$TEST_DIR/no-such-image" -- "$STAGED_TRAIN" "${TRAIN[@]}" 4 1
+  assert_match "$FAILED_OUTPUT" "ch-run\[[0-9]+\]: error: .*no-such-image" "ch-run names the image: $FAILED_OUTPUT"
+  figure "ch-run missing image" "$(grep -m1 'ch-run\[' <<<"$FAILED_OUTPUT")"
+  # A bundle that does not exist: Slurm's own refusal.
+  assert_fails "srun --container with a missing bundle" run_on_cluster timeout 60 srun --ddp -N2 --ntasks-per-node=2 \
+    --container="$TEST_DIR/no-such-bundle" --ddp-snapshot-dir="$TEST_DIR/oci/snapshots" "$STAGED_TRAIN" "${TRAIN[@]}" 4 1
+  figure "oci missing bundle" "$(grep -v '^$' <<<"$FAILED_OUTPUT" | head -n 2 | paste -sd'|' -)"
+  # The snapshot directory not mounted: ch-run -t gives the container a /tmp of its own, where the shared
+  # directory is not; only the program's directory is bound in. ddp-train refuses before its first step.
+  install -d -o "$DDP_CLUSTER_USER" "$TEST_DIR/bin"
+  cp "$STAGED_TRAIN" "$DOCTOR" "$TEST_DIR/bin/"
+  assert_fails "a snapshot directory ch-run does not mount" run_on_cluster timeout 60 srun --ddp -N2 \
+    --ntasks-per-node=2 --ddp-snapshot-dir="$snaps" ch-run -t -b "$TEST_DIR/bin" "$IMAGE" -- \
+    "$TEST_DIR/bin/ddp-train" "${TRAIN[@]}" 4 1
+  assert_contains "$FAILED_OUTPUT" "ddp-train: snapshot directory '$snaps' does not exist inside this container (Charliecloud (ch-run)), though srun --ddp created it on node" \
+    "ddp-train's refusal"
+  assert_contains "$FAILED_OUTPUT" "mount it into the container with ch-run -b SRC[:DST]" "the option named"
+  assert_not_contains "$FAILED_OUTPUT" "Epoch 0" "no training"
+  figure "ch-run -t snapshot dir not mounted" "$(grep -m1 'ddp-train: snapshot directory' <<<"$FAILED_OUTPUT")"
+  assert_fails "ddp-doctor where the snapshot directory is not mounted" run_on_cluster timeout 120 srun --ddp=gloo \
+    -N2 --ntasks-per-node=1 --ddp-snapshot-dir="$snaps" ch-run -t -b "$TEST_DIR/bin" "$IMAGE" -- \
+    "$TEST_DIR/bin/ddp-doctor" --quick --timeout 10 --snapshot-size 1M
+  assert_match "$FAILED_OUTPUT" "container.snapshot_dir +FAIL +missing" "the doctor's row: $FAILED_OUTPUT"
+  assert_eq "$before" "$(cd "$snaps" && sha256sum -- *)" "the snapshots after the refused steps"
+}
+
+setup_oci
+check_runtime ch-run ch-run "$IMAGE" --
+check_runtime oci --container="$BUNDLE"
+check_doctor_in_container
+check_bad_input
+pass "ch-run and srun --container (crun): 4/4 tasks' contract and CPUs, Gloo all-reduce, ddp-train snapshots and resume, ddp-doctor inside; missing image and bundle, an unmounted snapshot directory refused before training"
