@@ -22,51 +22,12 @@ IMAGE=$DDP_CLUSTER_IMAGE
 ALLREDUCE=$(stage "$(dirname "$0")/allreduce.py")
 DOCTOR=$(stage "$DDP_BUILD_DIR/src/doctor/ddp-doctor")
 TRAIN=(--workload seed --batch-size 64)
-uid=$(id -u "$DDP_CLUSTER_USER")
-gid=$(id -g "$DDP_CLUSTER_USER")
 
-# --- Slurm's OCI containers: oci.conf beside slurm.conf (slurmstepd reads it at every --container step), crun as
-# Slurm's containers.shtml shows it for rootless runs, plus --cgroup-manager=disabled (these nodes have no cgroups
-# of their own), and a bundle whose root is the cluster's image ------------------------------------------------
+# Slurm's OCI containers: oci.conf and a bundle whose root is the cluster's image (oci_bundle.sh).
 setup_oci() {
-  local crun="crun --rootless=true --cgroup-manager=disabled --root=/run/user/%U/"
-  cat >"$DDP_CLUSTER_DIR/etc/oci.conf" <<EOF
-EnvExclude="^(SLURM_CONF|SLURM_CONF_SERVER)="
-RunTimeEnvExclude="^(SLURM_CONF|SLURM_CONF_SERVER)="
-RunTimeQuery="$crun state %n.%u.%j.%s.%t"
-RunTimeKill="$crun kill -a %n.%u.%j.%s.%t"
-RunTimeDelete="$crun delete --force %n.%u.%j.%s.%t"
-RunTimeRun="$crun run --bundle %b %n.%u.%j.%s.%t"
-EOF
-  on_exit "rm -f '$DDP_CLUSTER_DIR/etc/oci.conf'"
-  install -d -o "$uid" -g "$gid" -m 0700 "/run/user/$uid"
-  on_exit "rm -rf /run/user/$uid"
   BUNDLE=$TEST_DIR/bundle
-  install -d -o "$DDP_CLUSTER_USER" "$BUNDLE"
-  # The node's network and host name (no network or UTS namespace); the job user as itself inside; /run and /tmp
-  # the container's own (Slurm binds its spool directory below /var/run), the shared directory bound in.
-  cat >"$BUNDLE/config.json" <<EOF
-{
-  "ociVersion": "1.0.0",
-  "process": {"terminal": false, "user": {"uid": $uid, "gid": $gid}, "args": ["true"], "cwd": "/",
-              "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], "noNewPrivileges": true},
-  "root": {"path": "$IMAGE", "readonly": true},
-  "mounts": [
-    {"destination": "/proc", "type": "proc", "source": "proc"},
-    {"destination": "/dev", "type": "bind", "source": "/dev", "options": ["rbind", "nosuid"]},
-    {"destination": "/sys", "type": "bind", "source": "/sys", "options": ["rbind", "nosuid"]},
-    {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=755"]},
-    {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
-    {"destination": "$DDP_CLUSTER_SHARED", "type": "bind", "source": "$DDP_CLUSTER_SHARED", "options": ["rbind"]},
-    {"destination": "/etc/hosts", "type": "bind", "source": "/etc/hosts", "options": ["bind"]}
-  ],
-  "linux": {
-    "namespaces": [{"type": "pid"}, {"type": "mount"}, {"type": "user"}],
-    "uidMappings": [{"containerID": $uid, "hostID": $uid, "size": 1}],
-    "gidMappings": [{"containerID": $gid, "hostID": $gid, "size": 1}]
-  }
-}
-EOF
+  "$(dirname "$0")/oci_bundle.sh" "$DDP_CLUSTER_DIR/etc" "$BUNDLE" "$IMAGE" "$DDP_CLUSTER_SHARED" "$DDP_CLUSTER_USER"
+  on_exit "rm -rf '$DDP_CLUSTER_DIR/etc/oci.conf' /run/user/$(id -u "$DDP_CLUSTER_USER")"
 }
 
 # One runtime: PREFIX starts a command in its container (srun options and command words).
