@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$PWD
 
-# The same names in bookworm and trixie (libclang-rt-dev is clang's default runtime there, 14 and 19). crun and
+# The same names in bookworm and trixie (libclang-rt-dev is clang's default runtime there, 14 and 19). runc and
 # charliecloud-runtime (ch-run) are the container runtimes the cluster tests start (tests/cluster/containers.sh).
 PACKAGES=(
   cmake ninja-build g++ clang libclang-rt-dev pkg-config
@@ -28,7 +28,7 @@ PACKAGES=(
   libgtest-dev nlohmann-json3-dev
   iproute2 procps psmisc util-linux e2fsprogs shellcheck python3-yaml clang-format
   file dpkg-dev bc
-  crun charliecloud-runtime
+  runc charliecloud-runtime
 )
 declare -A RELEASE_OF=([debian12]=bookworm [debian13]=trixie [debian14]=forky)
 # The stacks `test` runs one after another. Debian 14's is run with --stack debian14: with it, the whole test ran

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wall time of `srun --ddp` in a container against the same srun without --ddp, on the test cluster, for each
 # container runtime there is: ch-run with the cluster's image (srun ... ch-run IMAGE -- true), Slurm's OCI containers
-# (srun --container=BUNDLE true, rootless crun) and the pyxis stand-in listed before ddp.so (srun
+# (srun --container=BUNDLE true, rootless runc) and the pyxis stand-in listed before ddp.so (srun
 # --container-image=pytorch true). Runs are interleaved (plain, --ddp, plain, ...) so that both see the same load.
 # Needs root; brings a cluster of NODES nodes up with the plugin of BUILD_DIR (default build/) unless one of that
 # size is up, and tears down only what it started. Inside a Debian root:
@@ -67,7 +67,7 @@ compare "no container (srun true)" -- true
 if command -v ch-run >/dev/null; then
   compare "ch-run (srun ch-run IMAGE -- true)" -- ch-run "$DDP_CLUSTER_IMAGE" -- true
 fi
-if command -v crun >/dev/null; then
+if command -v runc >/dev/null; then
   "$ROOT/tests/cluster/oci_bundle.sh" "$DDP_CLUSTER_DIR/etc" "$work/bundle" "$DDP_CLUSTER_IMAGE" "$DDP_CLUSTER_SHARED" \
     "$DDP_CLUSTER_USER"
   compare "OCI (srun --container=BUNDLE true)" --container="$work/bundle" -- true

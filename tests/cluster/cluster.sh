@@ -454,6 +454,7 @@ add_static_neighbours() {
 make_image() {
   local img=$DIR/image link
   mkdir -p "$img"/{usr,dev,proc,sys,tmp,run,home,mnt,root,var/tmp}
+  ln -s /run "$img/var/run"
   cp -a /etc "$img/etc"
   for link in bin lib lib32 lib64 libx32 sbin; do
     [ ! -L "/$link" ] || ln -s "$(readlink "/$link")" "$img/$link"

@@ -13,9 +13,10 @@ VIEW=$(stage "$(dirname "${BASH_SOURCE[0]}")/print_task_view.sh")
 # container must not replace either).
 CONTRACT_NAMES=(RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_ERROR_FILE)
 
-# field LINE NAME: the value of the first NAME=value in LINE, without the verbose line's "[user]" mark.
+# field LINE NAME: the value of the first NAME=value in LINE, without the verbose line's "[user]" mark; "-" when
+# LINE has none (print_task_view.sh's word for unset).
 field() {
-  awk -v n="$2=" '{for (i = 1; i <= NF; i++) if (index($i, n) == 1) {v = substr($i, length(n) + 1); sub(/\[user\]$/, "", v); print v; exit}}' <<<"$1"
+  awk -v n="$2=" '{for (i = 1; i <= NF; i++) if (index($i, n) == 1) {v = substr($i, length(n) + 1); sub(/\[user\]$/, "", v); print v; exit}} END {if (v == "") print "-"}' <<<"$1"
 }
 
 # expand_cpus LIST: "0-2,5" -> "0,1,2,5".
@@ -51,5 +52,5 @@ view_tasks() {
 
 figure() { echo "FIGURE $1: $2"; }
 
-# userns_works: the job user may make a user namespace on a node (ch-run, rootless crun and the stand-in need it).
+# userns_works: the job user may make a user namespace on a node (ch-run, rootless runc and the stand-in need it).
 userns_works() { on_node node1 --user unshare --user true >/dev/null 2>&1; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # srun --ddp in real container runtimes from Debian's packages, on 2 nodes x 2 tasks, with the cluster's image of
 # this stack's own root (cluster.sh: DDP_CLUSTER_IMAGE): Charliecloud (srun --ddp ch-run IMAGE -- ...) and Slurm's
-# OCI containers (srun --ddp --container=BUNDLE ..., oci.conf running rootless crun). In each: every task sees the
+# OCI containers (srun --ddp --container=BUNDLE ..., oci.conf running rootless runc). In each: every task sees the
 # contract ddp.so set and runs on the CPUs it chose (--ddp-verbose), a PyTorch Gloo all-reduce across the nodes,
 # ddp-train with snapshots on the shared directory and a resume from them; ddp-doctor inside ch-run. Then bad input,
 # each failing the step before training and leaving the snapshots as they were: an image and a bundle that do not
@@ -15,13 +15,13 @@ source "$(dirname "$0")/training_lib.sh"
 # shellcheck source=container_lib.sh
 source "$(dirname "$0")/container_lib.sh"
 command -v ch-run >/dev/null || skip "Charliecloud is not installed (charliecloud-runtime)"
-command -v crun >/dev/null || skip "crun is not installed"
-userns_works || skip "the job user cannot create user namespaces here (ch-run and rootless crun need them)"
+command -v runc >/dev/null || skip "runc is not installed"
+userns_works || skip "the job user cannot create user namespaces here (ch-run and rootless runc need them)"
 [ -x "${DDP_BUILD_DIR:-}/src/doctor/ddp-doctor" ] || skip "ddp-doctor is not built"
 IMAGE=$DDP_CLUSTER_IMAGE
 ALLREDUCE=$(stage "$(dirname "$0")/allreduce.py")
 DOCTOR=$(stage "$DDP_BUILD_DIR/src/doctor/ddp-doctor")
-TRAIN=(--workload seed --batch-size 64)
+TRAIN=(--workload seed --batch-size 64 --run-id containers)
 
 # Slurm's OCI containers: oci.conf and a bundle whose root is the cluster's image (oci_bundle.sh).
 setup_oci() {
@@ -52,12 +52,14 @@ check_runtime() {
   dir=$TEST_DIR/$name
   install -d -o "$DDP_CLUSTER_USER" "$dir"
   out=$(run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 --ddp-snapshot-dir="$dir/snapshots" "$@" \
-    "$STAGED_TRAIN" "${TRAIN[@]}" 2 1 2>&1) || fail "$name: ddp-train failed: $out"
+    "$STAGED_TRAIN" "${TRAIN[@]}" --output "$dir/finalmodel.pt" 2 1 2>&1) || fail "$name: ddp-train failed: $out"
   assert_contains "$out" "Epoch 1 | Training snapshot saved at $dir/snapshots/snapshot-e000002-" "$name: a snapshot on the shared directory"
   assert_snapshots_load "$dir/snapshots"
   out=$(run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 --ddp-snapshot-dir="$dir/snapshots" "$@" \
-    "$STAGED_TRAIN" "${TRAIN[@]}" 3 1 2>&1) || fail "$name: ddp-train's resume failed: $out"
-  assert_eq 4 "$(grep -c 'Resuming training from snapshot at Epoch 2' <<<"$out")" "$name: every rank resumed: $out"
+    "$STAGED_TRAIN" "${TRAIN[@]}" --output "$dir/finalmodel.pt" 3 1 2>&1) || fail "$name: ddp-train's resume failed: $out"
+  assert_contains "$out" "Resuming training from snapshot at Epoch 2" "$name: the resume"
+  assert_eq 4 "$(grep -c '^\[CPU[0-3]\] Epoch 2 ' <<<"$out")" "$name: every rank trained epoch 2: $out"
+  assert_not_contains "$out" "] Epoch 1 " "$name: no rank trained epoch 1 again"
   assert_contains "$out" "Epoch 2 | Training snapshot saved at $dir/snapshots/snapshot-e000003-" "$name: the resumed run's snapshot"
   figure "$name ddp-train" "4 ranks wrote snapshots for epochs 1-2 on the shared directory, resumed at epoch 2 and wrote epoch 3"
 }
@@ -109,4 +111,4 @@ check_runtime ch-run ch-run "$IMAGE" --
 check_runtime oci --container="$BUNDLE"
 check_doctor_in_container
 check_bad_input
-pass "ch-run and srun --container (crun): 4/4 tasks' contract and CPUs, Gloo all-reduce, ddp-train snapshots and resume, ddp-doctor inside; missing image and bundle, an unmounted snapshot directory refused before training"
+pass "ch-run and srun --container (runc): 4/4 tasks' contract and CPUs, Gloo all-reduce, ddp-train snapshots and resume, ddp-doctor inside; missing image and bundle, an unmounted snapshot directory refused before training"

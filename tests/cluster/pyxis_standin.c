@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -183,10 +184,11 @@ static int mkdirs(const char *path) {
   }
 }
 
-/* Step 4. The mount sources are opened before the tmpfs hides them, and bound from their descriptors. */
+/* Step 4. The sources are bound first into the new /sys (an empty tmpfs), while the node's /tmp is still in
+ * view, then moved to their places in the container's own /tmp. */
 static int enter_container(void) {
-  char src[MAX_MOUNTS][512], dst[MAX_MOUNTS][512], map[64], buf[1024], cwd[1024];
-  int fds[MAX_MOUNTS], n = 0;
+  char src[MAX_MOUNTS][512], dst[MAX_MOUNTS][512], staged[64], map[64], buf[1024], cwd[1024];
+  int n = 0;
   uid_t uid = getuid();
   gid_t gid = getgid();
   if (getcwd(cwd, sizeof cwd) == NULL) cwd[0] = '\0';
@@ -197,32 +199,48 @@ static int enter_container(void) {
     if (colon) *colon = '\0';
     snprintf(src[n], sizeof src[n], "%s", item);
     snprintf(dst[n], sizeof dst[n], "%s", colon ? colon + 1 : item);
-    if ((fds[n] = open(src[n], O_PATH | O_CLOEXEC)) < 0) {
-      slurm_error("pyxis_standin: --container-mounts source %s: %s", src[n], strerror(errno));
-      return -1;
-    }
   }
-  if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+  /* Slurm's setreuid to the user made the task non-dumpable, which leaves /proc/self/uid_map to root. */
+  if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0 || unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
     slurm_error("pyxis_standin: unshare: %s (unprivileged user namespaces are needed)", strerror(errno));
     return -1;
   }
   snprintf(map, sizeof map, "%u %u 1\n", (unsigned)uid, (unsigned)uid);
-  if (write_file("/proc/self/setgroups", "deny") != 0 || write_file("/proc/self/uid_map", map) != 0) return -1;
+  if (write_file("/proc/self/setgroups", "deny") != 0 || write_file("/proc/self/uid_map", map) != 0) {
+    slurm_error("pyxis_standin: uid_map: %s", strerror(errno));
+    return -1;
+  }
   snprintf(map, sizeof map, "%u %u 1\n", (unsigned)gid, (unsigned)gid);
-  if (write_file("/proc/self/gid_map", map) != 0) return -1;
+  if (write_file("/proc/self/gid_map", map) != 0) {
+    slurm_error("pyxis_standin: gid_map: %s", strerror(errno));
+    return -1;
+  }
   if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0 ||
-      mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0 ||
-      mount("tmpfs", "/sys", "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "mode=0555") != 0) {
-    slurm_error("pyxis_standin: container mounts: %s", strerror(errno));
+      mount("tmpfs", "/sys", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
+    slurm_error("pyxis_standin: container /sys: %s", strerror(errno));
     return -1;
   }
   for (int i = 0; i < n; i++) {
-    snprintf(buf, sizeof buf, "/proc/self/fd/%d", fds[i]);
-    if (mkdirs(dst[i]) != 0 || mount(buf, dst[i], NULL, MS_BIND | MS_REC, NULL) != 0) {
+    snprintf(staged, sizeof staged, "/sys/m%d", i);
+    if (mkdir(staged, 0755) != 0 || mount(src[i], staged, NULL, MS_BIND | MS_REC, NULL) != 0) {
+      slurm_error("pyxis_standin: --container-mounts source %s: %s", src[i], strerror(errno));
+      return -1;
+    }
+  }
+  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0) {
+    slurm_error("pyxis_standin: container /tmp: %s", strerror(errno));
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    snprintf(staged, sizeof staged, "/sys/m%d", i);
+    if (mkdirs(dst[i]) != 0 || mount(staged, dst[i], NULL, MS_MOVE, NULL) != 0 || rmdir(staged) != 0) {
       slurm_error("pyxis_standin: mounting %s at %s: %s", src[i], dst[i], strerror(errno));
       return -1;
     }
-    close(fds[i]);
+  }
+  if (mount(NULL, "/sys", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0) {
+    slurm_error("pyxis_standin: container /sys read-only: %s", strerror(errno));
+    return -1;
   }
   /* pyxis changes to the image's working directory; here the step's, where the container has it. */
   if (cwd[0] == '\0' || chdir(cwd) != 0) return chdir("/");
