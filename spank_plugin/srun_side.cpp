@@ -1,12 +1,17 @@
 // After the options are parsed. srun, sbatch and salloc refuse a --ddp request that cannot run, before anything
 // is allocated or launched, and give a new --ddp job its key (ports.hpp); srun makes a task's failure end a --ddp
-// step. slurmstepd, still root here, fills the node's topology cache for this and later steps.
+// step and warns about a --container bundle it cannot see. slurmstepd, still root here, fills the node's topology
+// cache for this and later steps.
 #include <slurm/slurm.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include "dispatch.h"
 #include "node_setup.hpp"
+#include "parse.hpp"
 #include "plugin_state.hpp"
 #include "step.hpp"
 #include "topology_cache.hpp"
@@ -48,6 +53,20 @@ void give_job_key() {
   setenv(ddp::kJobKeyVariable, ddp::new_job_key().c_str(), 1);
 }
 
+// srun --container=BUNDLE (srun puts it in SLURM_CONTAINER before this callback): a bundle the nodes do not have
+// fails every task's launch with Slurm's "Unspecified error", its reason only in slurmd's log. srun cannot know the
+// nodes' view (a bundle may be node-local), so a bundle missing here is a warning, not a refusal.
+void warn_missing_bundle() {
+  const char* bundle = getenv("SLURM_CONTAINER");
+  if (bundle == nullptr || *bundle == '\0') return;
+  struct stat info = {};
+  if (stat(bundle, &info) == 0 && S_ISDIR(info.st_mode)) return;
+  fprintf(stderr,
+          "ddp: warning: --container=%s is not a directory on this host: where the nodes lack it too, every task's "
+          "launch fails (\"Unspecified error\"); give an OCI bundle directory (config.json and its root file system)\n",
+          ddp::printable(bundle, 300).c_str());
+}
+
 }  // namespace
 
 extern "C" int ddp_spank_init_post_opt(spank_t sp, int, char**) {
@@ -60,6 +79,7 @@ extern "C" int ddp_spank_init_post_opt(spank_t sp, int, char**) {
     if (!state().failure) {
       give_job_key();
       if (spank_context() == S_CTX_LOCAL) set_kill_on_bad_exit();
+      if (spank_context() == S_CTX_LOCAL) warn_missing_bundle();
       return 0;
     }
     log_error(state().failure->message);

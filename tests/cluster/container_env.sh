@@ -12,8 +12,8 @@
 #      ddp-train refuses the replaced contract;
 #    an image that does not exist fails the step (the plugin's own line).
 #  - apptainer exec --cleanenv, emulated by cleanenv_exec.sh (Apptainer is not packaged by Debian either): with
-#    --ddp-cleanenv=apptainer every task sees the contract through APPTAINERENV_ names alone (and PyTorch's
-#    all-reduce runs); without it, ddp-train refuses the cleared contract naming the option.
+#    --ddp-cleanenv=apptainer every task sees the contract through APPTAINERENV_ names alone; without it,
+#    ddp-train refuses the cleared contract naming the option.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -22,7 +22,7 @@ source "$(dirname "$0")/training_lib.sh"
 # shellcheck source=container_lib.sh
 source "$(dirname "$0")/container_lib.sh"
 [ -n "${DDP_PYXIS_STANDIN:-}" ] || skip "pyxis_standin.so is not built"
-userns_works || skip "the job user cannot create user namespaces here (the stand-in's container view needs them)"
+userns_works || skip "the job user cannot create user namespaces here (the stand-in's container view needs them): $USERNS_ERROR"
 STANDIN=$(stage "$DDP_PYXIS_STANDIN")
 CLEANENV=$(stage "$(dirname "$0")/cleanenv_exec.sh")
 ALLREDUCE=$(stage "$(dirname "$0")/allreduce.py")
@@ -71,7 +71,7 @@ pyxis_first() {
   # image that does not exist. Neither starts the program.
   install -d -o "$DDP_CLUSTER_USER" "$TEST_DIR/bin"
   cp "$VIEW" "$TEST_DIR/bin/"
-  assert_fails "a snapshot directory the container does not mount" run_on_cluster timeout 60 srun --ddp -N2 \
+  assert_fails "a snapshot directory the container does not mount" run_on_cluster timeout 120 srun --ddp -N2 \
     --ntasks-per-node=2 --container-image=pytorch --container-mounts="$TEST_DIR/bin" \
     --ddp-snapshot-dir="$TEST_DIR/unmounted/snapshots" "$TEST_DIR/bin/print_task_view.sh"
   assert_contains "$FAILED_OUTPUT" "ddp: snapshot directory '$TEST_DIR/unmounted/snapshots' is not mounted into the container: '$TEST_DIR' (the nearest part of it that exists) lies on '/tmp', a file system the container made for itself" \
@@ -80,7 +80,7 @@ pyxis_first() {
   assert_not_contains "$FAILED_OUTPUT" "task RANK=" "no program started"
   [ ! -e "$TEST_DIR/unmounted" ] || fail "the refused directory was created on the node"
   figure "pyxis first snapshot dir not mounted" "$(grep -m1 'ddp: snapshot directory' <<<"$FAILED_OUTPUT")"
-  assert_fails "an image that does not exist" run_on_cluster timeout 60 srun --ddp -N2 --ntasks-per-node=2 \
+  assert_fails "an image that does not exist" run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 \
     --container-image=no-such-image "$VIEW"
   assert_contains "$FAILED_OUTPUT" "pyxis_standin: image 'no-such-image' does not exist" "the plugin's line"
   assert_not_contains "$FAILED_OUTPUT" "task RANK=" "no program started"
@@ -89,7 +89,7 @@ pyxis_first() {
 ddp_first() {
   local out port job
   set_plugstack "required $DDP_CLUSTER_PLUGIN" "required $STANDIN"
-  assert_fails "a pyxis container after ddp.so" run_on_cluster timeout 60 srun --ddp -N2 --ntasks-per-node=2 "${PYXIS[@]}" "$VIEW"
+  assert_fails "a pyxis container after ddp.so" run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 "${PYXIS[@]}" "$VIEW"
   assert_contains "$FAILED_OUTPUT" "ddp: --container-image is handled by a container plugin that plugstack.conf lists after ddp.so (pyxis)" \
     "ddp.so's refusal"
   assert_contains "$FAILED_OUTPUT" "list ddp.so after pyxis in plugstack.conf" "the fix"
@@ -101,14 +101,14 @@ ddp_first() {
   assert_eq 4/4 "$(tasks_right "$out")" "ddp.so first without a container: $out"
 
   # A container plugin ddp.so cannot recognise: the hook's port replaces ddp.so's, never silently.
-  out=$(run_on_cluster env STANDIN_CONTAINER_IMAGE=pytorch timeout 60 srun --ddp --ddp-verbose -N2 --ntasks-per-node=2 \
+  out=$(run_on_cluster env STANDIN_CONTAINER_IMAGE=pytorch timeout 120 srun --ddp --ddp-verbose -N2 --ntasks-per-node=2 \
     --container-mounts="$MOUNTS" "$VIEW" 2>&1) || fail "an unrecognised container plugin after ddp.so: $out"
   job=$(grep -m1 -o 'TORCHELASTIC_RUN_ID=[0-9]*' <<<"$out" | cut -d= -f2)
   port=$((job % 4536 + 61000))
   assert_eq 4 "$(grep -c "^task .* MASTER_PORT=$port " <<<"$out")" "enroot's hook's port in every task: $out"
   assert_eq 0/4 "$(tasks_right "$out")" "tasks whose contract stood"
   figure "unrecognised plugin after ddp.so" "$(tasks_right "$out") tasks right (MASTER_PORT=$port, enroot's hook's)"
-  assert_fails "ddp-train under a replaced contract" run_on_cluster env STANDIN_CONTAINER_IMAGE=pytorch timeout 60 \
+  assert_fails "ddp-train under a replaced contract" run_on_cluster env STANDIN_CONTAINER_IMAGE=pytorch timeout 120 \
     srun --ddp -N2 --ntasks-per-node=2 --container-mounts="$MOUNTS" "$STAGED_TRAIN" "${TRAIN[@]}" 2 1
   assert_match "$FAILED_OUTPUT" "ddp-train: MASTER_PORT=6[0-9]+ in this program, but srun --ddp set MASTER_PORT=[0-9]+ \(something that ran after ddp.so replaced them: this image sets PYTORCH_VERSION" \
     "ddp-train's refusal: $FAILED_OUTPUT"
@@ -123,13 +123,9 @@ cleanenv() {
   assert_eq 4/4 "$(tasks_right "$out")" "the contract through APPTAINERENV_ names: $out"
   assert_eq 4 "$(grep -c '^task .* APPTAINER_CONTAINER=/' <<<"$out")" "in the emulated --cleanenv: $out"
   figure "apptainer --cleanenv with --ddp-cleanenv=apptainer" "$(tasks_right "$out") tasks right"
-  out=$(run_on_cluster timeout 120 srun --ddp --ddp-cleanenv=apptainer -N2 --ntasks-per-node=2 "$CLEANENV" \
-    /usr/bin/python3 "$ALLREDUCE" 2>&1) || fail "torch.distributed under --cleanenv failed: $out"
-  assert_eq 4 "$(grep -c 'world=4 .* sum=10 expected=10 OK' <<<"$out")" "Gloo all-reduce under --cleanenv: $out"
-  figure "apptainer --cleanenv allreduce" "$(grep -c ' OK$' <<<"$out")/4 ranks sum=10"
   out=$(view_tasks -- "$CLEANENV") || fail "--cleanenv without the option: $out"
   assert_eq 0/4 "$(tasks_right "$out")" "without --ddp-cleanenv nothing gets in: $out"
-  assert_fails "ddp-train under --cleanenv without the option" run_on_cluster timeout 60 srun --ddp -N2 \
+  assert_fails "ddp-train under --cleanenv without the option" run_on_cluster timeout 120 srun --ddp -N2 \
     --ntasks-per-node=2 "$CLEANENV" "$STAGED_TRAIN" "${TRAIN[@]}" 2 1
   assert_contains "$FAILED_OUTPUT" "but none reached this program: apptainer/singularity exec --cleanenv passes only APPTAINERENV_ names" \
     "ddp-train's refusal"

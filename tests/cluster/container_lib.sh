@@ -47,10 +47,12 @@ view_tasks() {
   local opts=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
   [ $# -eq 0 ] || shift
-  run_on_cluster timeout 60 srun --ddp --ddp-verbose -N2 --ntasks-per-node=2 "${opts[@]}" "$@" "$VIEW" 2>&1
+  run_on_cluster timeout 120 srun --ddp --ddp-verbose -N2 --ntasks-per-node=2 "${opts[@]}" "$@" "$VIEW" 2>&1
 }
 
 figure() { echo "FIGURE $1: $2"; }
 
-# userns_works: the job user may make a user namespace on a node (ch-run, rootless runc and the stand-in need it).
-userns_works() { on_node node1 --user unshare --user true >/dev/null 2>&1; }
+# userns_works: the job user may make a user namespace on a node (ch-run, rootless runc and the stand-in need it);
+# USERNS_ERROR says why not.
+# shellcheck disable=SC2034  # read by the tests that source this file
+userns_works() { USERNS_ERROR=$(on_node node1 --user unshare --user true 2>&1); }

@@ -16,7 +16,7 @@ source "$(dirname "$0")/training_lib.sh"
 source "$(dirname "$0")/container_lib.sh"
 command -v ch-run >/dev/null || skip "Charliecloud is not installed (charliecloud-runtime)"
 command -v runc >/dev/null || skip "runc is not installed"
-userns_works || skip "the job user cannot create user namespaces here (ch-run and rootless runc need them)"
+userns_works || skip "the job user cannot create user namespaces here (ch-run and rootless runc need them): $USERNS_ERROR"
 [ -x "${DDP_BUILD_DIR:-}/src/doctor/ddp-doctor" ] || skip "ddp-doctor is not built"
 IMAGE=$DDP_CLUSTER_IMAGE
 ALLREDUCE=$(stage "$(dirname "$0")/allreduce.py")
@@ -71,7 +71,7 @@ check_doctor_in_container() {
     ch-run "$IMAGE" -- "$DOCTOR" --quick --timeout 10 --snapshot-size 1M 2>&1) || fail "ddp-doctor inside ch-run: $out"
   assert_match "$out" "container.runtime +OK +Charliecloud \(ch-run\)" "the doctor names the runtime: $out"
   assert_match "$out" "container.snapshot_dir +OK +present" "the doctor sees the prepared directory: $out"
-  figure "ch-run ddp-doctor" "$(grep -E '^ *container\.' <<<"$out" | tr -s ' ' | paste -sd';' -)"
+  figure "ch-run ddp-doctor" "$(grep -E ' container\.' <<<"$out" | tr -s ' ' | paste -sd';' -); $(grep -m1 '^ddp-doctor: .* node(s)' <<<"$out")"
 }
 
 # --- bad input: each fails the step before training and leaves the snapshots as they were ----------------------
@@ -79,19 +79,21 @@ check_bad_input() {
   local snaps=$TEST_DIR/ch-run/snapshots before out
   before=$(cd "$snaps" && sha256sum -- *)
   # An image that does not exist: ch-run's own one line.
-  assert_fails "ch-run with a missing image" run_on_cluster timeout 60 srun --ddp -N2 --ntasks-per-node=2 \
+  assert_fails "ch-run with a missing image" run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 \
     --ddp-snapshot-dir="$snaps" ch-run "$TEST_DIR/no-such-image" -- "$STAGED_TRAIN" "${TRAIN[@]}" 4 1
   assert_match "$FAILED_OUTPUT" "ch-run\[[0-9]+\]: error: .*no-such-image" "ch-run names the image: $FAILED_OUTPUT"
   figure "ch-run missing image" "$(grep -m1 'ch-run\[' <<<"$FAILED_OUTPUT")"
-  # A bundle that does not exist: Slurm's own refusal.
-  assert_fails "srun --container with a missing bundle" run_on_cluster timeout 60 srun --ddp -N2 --ntasks-per-node=2 \
+  # A bundle that does not exist: Slurm fails every task's launch ("Unspecified error"); srun --ddp says why first.
+  assert_fails "srun --container with a missing bundle" run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 \
     --container="$TEST_DIR/no-such-bundle" --ddp-snapshot-dir="$TEST_DIR/oci/snapshots" "$STAGED_TRAIN" "${TRAIN[@]}" 4 1
+  assert_contains "$FAILED_OUTPUT" "ddp: warning: --container=$TEST_DIR/no-such-bundle is not a directory on this host" \
+    "srun --ddp's line"
   figure "oci missing bundle" "$(grep -v '^$' <<<"$FAILED_OUTPUT" | head -n 2 | paste -sd'|' -)"
   # The snapshot directory not mounted: ch-run -t gives the container a /tmp of its own, where the shared
   # directory is not; only the program's directory is bound in. ddp-train refuses before its first step.
   install -d -o "$DDP_CLUSTER_USER" "$TEST_DIR/bin"
   cp "$STAGED_TRAIN" "$DOCTOR" "$TEST_DIR/bin/"
-  assert_fails "a snapshot directory ch-run does not mount" run_on_cluster timeout 60 srun --ddp -N2 \
+  assert_fails "a snapshot directory ch-run does not mount" run_on_cluster timeout 120 srun --ddp -N2 \
     --ntasks-per-node=2 --ddp-snapshot-dir="$snaps" ch-run -t -b "$TEST_DIR/bin" "$IMAGE" -- \
     "$TEST_DIR/bin/ddp-train" "${TRAIN[@]}" 4 1
   assert_contains "$FAILED_OUTPUT" "ddp-train: snapshot directory '$snaps' does not exist inside this container (Charliecloud (ch-run)), though srun --ddp created it on node" \
