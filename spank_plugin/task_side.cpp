@@ -15,6 +15,7 @@
 #include "container.hpp"
 #include "dispatch.h"
 #include "error.hpp"
+#include "id_list.hpp"
 #include "netif.hpp"
 #include "parse.hpp"
 #include "plugin_state.hpp"
@@ -231,8 +232,12 @@ int export_task_env(spank_t sp) {
   ddp::TaskBinding binding = ddp::bind_task(*state().node, plan, task, env);
   if (container) binding.summary += " view=container";
   if (plan.check) check_this_node(plan, task, env);
-  // After Slurm's own affinity step, within what it allowed (apply_cpu_binding intersects with it).
-  if (!binding.cpus.empty()) ddp::apply_cpu_binding(0, binding.cpus);
+  // After Slurm's own affinity step, within what it allowed (apply_cpu_binding intersects with it). Exported too:
+  // a container runtime that resets the affinity of the process it starts (runc since 1.2) loses it, and the
+  // program applies it again (container.hpp: restore_cpu_binding).
+  if (!binding.cpus.empty()) {
+    env.set(ddp::kCpuBindVariable, ddp::format_id_list(ddp::apply_cpu_binding(0, binding.cpus)));
+  }
   for (const auto& [name, value] : ddp::task_exports(env, plan.cleanenv)) {
     if (spank_setenv(sp, name.c_str(), value.c_str(), 1) != ESPANK_SUCCESS) {
       throw ddp::Error("cannot set " + name + " in the task's environment");

@@ -1,9 +1,12 @@
 #include "container.hpp"
 
+#include <sched.h>
 #include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <set>
 
 #include "error.hpp"
 #include "parse.hpp"
@@ -94,6 +97,43 @@ std::string replaced_message(const ContractValues& expected, const ContractValue
          "zz-ddp.conf, which sorts after pyxis.conf), then run the step again";
 }
 
+std::set<unsigned> cpus_of(const std::string& text) {
+  std::set<unsigned> cpus;
+  for_each_range(text, [&](std::string_view item, std::string_view first, std::string_view last) {
+    const auto low = parse_uint(first, CPU_SETSIZE - 1);
+    const auto high = parse_uint(last, CPU_SETSIZE - 1);
+    if (!low || !high || *low > *high) {
+      throw Error(std::string(kCpuBindVariable) + "=" + quote(text) + ": " + quote(item) +
+                  " is not a CPU or a FIRST-LAST range; unset it, or start the program with srun --ddp");
+    }
+    for (uint64_t cpu = *low; cpu <= *high; ++cpu) cpus.insert(static_cast<unsigned>(cpu));
+  });
+  return cpus;
+}
+
+std::string cpu_list(const std::set<unsigned>& cpus) {
+  std::string text;
+  for (auto it = cpus.begin(); it != cpus.end();) {
+    unsigned first = *it, last = *it;
+    while (++it != cpus.end() && *it == last + 1) last = *it;
+    text += (text.empty() ? "" : ",") + std::to_string(first) + (last == first ? "" : "-" + std::to_string(last));
+  }
+  return text;
+}
+
+std::set<unsigned> own_affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) {
+    throw Error(std::string("cannot read this process's CPU affinity: ") + std::strerror(errno));
+  }
+  std::set<unsigned> cpus;
+  for (unsigned cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.insert(cpu);
+  }
+  return cpus;
+}
+
 }  // namespace
 
 const ContainerKind& container_kind(ContainerRuntime runtime) {
@@ -171,6 +211,31 @@ void check_contract(const EnvLookup& env) {
   if (differing.empty()) return;
   if (missing == expected.size()) throw Error(cleared_message(expected, env));
   throw Error(replaced_message(differing, seen, env));
+}
+
+std::optional<CpuRebinding> restore_cpu_binding(const EnvLookup& env) {
+  const auto text = env(kCpuBindVariable);
+  if (!text) return std::nullopt;
+  const std::set<unsigned> wanted = cpus_of(*text);
+  const std::set<unsigned> now = own_affinity();
+  if (now == wanted) return std::nullopt;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::set<unsigned> bound;
+  for (unsigned cpu : wanted) {
+    if (now.count(cpu) == 0) continue;
+    CPU_SET(cpu, &set);
+    bound.insert(cpu);
+  }
+  if (bound.empty()) {
+    throw Error(std::string(kCpuBindVariable) + "=" + *text + " names none of the CPUs this process may use (" +
+                cpu_list(now) + "); unset it, or run the step again");
+  }
+  if (bound == now) return std::nullopt;
+  if (sched_setaffinity(0, sizeof set, &set) != 0) {
+    throw Error("cannot bind to " + cpu_list(bound) + " again (" + kCpuBindVariable + "): " + std::strerror(errno));
+  }
+  return CpuRebinding{cpu_list(now), cpu_list(bound)};
 }
 
 void require_prepared_dir(const std::string& dir, const EnvLookup& env) {

@@ -11,6 +11,7 @@
 // The programs (ddp-train, ddp-doctor) compare it with what they see and refuse a contract that was cleared or
 // replaced, naming the cause and the fix; a snapshot directory the program cannot see is named with the option
 // that mounts it into the program's container.
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,5 +64,19 @@ void check_contract(const EnvLookup& env);
 // mount it, and whatever it wrote there would be lost with the container. Throws ddp::Error naming the
 // container's mount option; a `dir` srun --ddp did not prepare is left to the caller's own checks.
 void require_prepared_dir(const std::string& dir, const EnvLookup& env);
+
+// The CPUs ddp.so bound the task to, "0-3,8" (its task_init applies them, then exports them here).
+constexpr const char* kCpuBindVariable = "DDP_CPU_BIND";
+
+struct CpuRebinding {
+  std::string before;  // the affinity the program found, "0-7"
+  std::string after;   // what it is bound to now
+};
+
+// A container runtime that resets the CPU affinity of the process it starts undoes the binding ddp.so applied in
+// task_init: runc since 1.2 gives it every CPU of the container's cgroup. Binds this process again to DDP_CPU_BIND,
+// within the CPUs it may use; nullopt when there was nothing to do (no DDP_CPU_BIND, or the affinity is that set).
+// Throws ddp::Error for a DDP_CPU_BIND that is not a CPU list or names none of the CPUs the process may use.
+std::optional<CpuRebinding> restore_cpu_binding(const EnvLookup& env);
 
 }  // namespace ddp

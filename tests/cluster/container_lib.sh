@@ -25,8 +25,9 @@ expand_cpus() {
     sort -n | paste -sd, -
 }
 
+# tasks_right OUT [contract]: with "contract", the contract's values only, not the CPUs.
 tasks_right() {
-  local out=$1 right=0 total=0 line rank verbose name ok
+  local out=$1 what=${2:-all} right=0 total=0 line rank verbose name ok
   while IFS= read -r line; do
     total=$((total + 1))
     rank=$(field "$line" RANK)
@@ -36,7 +37,7 @@ tasks_right() {
     for name in "${CONTRACT_NAMES[@]}"; do
       [ "$(field "$line" "$name")" = "$(field "${verbose%% | *}" "$name")" ] || ok=0
     done
-    [ "$(expand_cpus "$(field "$line" cpus)")" = "$(expand_cpus "$(field "${verbose#* | }" cpus)")" ] || ok=0
+    [ "$what" = contract ] || [ "$(expand_cpus "$(field "$line" cpus)")" = "$(expand_cpus "$(field "${verbose#* | }" cpus)")" ] || ok=0
     right=$((right + ok))
   done < <(grep '^task ' <<<"$out" || true)
   echo "$right/$total"

@@ -4,6 +4,7 @@
 #include "container.hpp"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -148,6 +149,31 @@ TEST(ContainerRuntime, IsReadFromWhatEachRuntimeSetsInside) {
   EXPECT_EQ(ContainerRuntime::SlurmOci, container_from_environment(env_with({{"SLURM_CONTAINER", "/b"}})).runtime);
   EXPECT_STREQ("ch-run -b SRC[:DST]", container_kind(ContainerRuntime::Charliecloud).mount);
   EXPECT_NE(std::string::npos, every_mount_option().find("srun --container-mounts=SRC:DST"));
+}
+
+TEST(CpuBinding, IsAppliedAgainWhereARuntimeResetIt) {
+  cpu_set_t original;
+  ASSERT_EQ(0, sched_getaffinity(0, sizeof original, &original));
+  int first = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE && first < 0; ++cpu) first = CPU_ISSET(cpu, &original) ? cpu : -1;
+  ASSERT_GE(first, 0);
+  const std::string mine = std::to_string(first);
+  if (CPU_COUNT(&original) == 1) GTEST_SKIP() << "one CPU: nothing to narrow";
+  // As after runc 1.2 started the program: every CPU again, where ddp.so had bound the task to one.
+  const auto rebound = restore_cpu_binding(env_with({{"DDP_CPU_BIND", mine}}));
+  ASSERT_TRUE(rebound.has_value());
+  EXPECT_EQ(mine, rebound->after);
+  cpu_set_t now;
+  ASSERT_EQ(0, sched_getaffinity(0, sizeof now, &now));
+  EXPECT_EQ(1, CPU_COUNT(&now));
+  EXPECT_TRUE(CPU_ISSET(first, &now));
+  // Already bound: nothing to do.
+  EXPECT_FALSE(restore_cpu_binding(env_with({{"DDP_CPU_BIND", mine}})).has_value());
+  EXPECT_FALSE(restore_cpu_binding(env_with({})).has_value());
+  EXPECT_THROW(restore_cpu_binding(env_with({{"DDP_CPU_BIND", "0-x"}})), Error);
+  ASSERT_EQ(0, sched_setaffinity(0, sizeof original, &original));
+  EXPECT_THROW(restore_cpu_binding(env_with({{"DDP_CPU_BIND", std::to_string(CPU_SETSIZE - 1)}})), Error)
+      << "a CPU the process may not use";
 }
 
 class PreparedDir : public ::testing::Test {
