@@ -75,6 +75,8 @@ fi
 standin=$BUILD/tests/cluster/pyxis_standin.so
 if [ -e "$standin" ]; then
   install -m 0755 "$standin" "$work/pyxis_standin.so"
+  install -d -o "$DDP_CLUSTER_USER" -m 0700 "$DDP_CLUSTER_SHARED/ddp-logs"  # the failure reports, mounted in too
   printf '%s\n' "required $work/pyxis_standin.so" "$plugstack" >"$DDP_CLUSTER_PLUGSTACK"
-  compare "pyxis stand-in (--container-image)" --container-image=pytorch --container-mounts="$work" -- true
+  compare "pyxis stand-in (--container-image)" --container-image=pytorch \
+    --container-mounts="$work,$DDP_CLUSTER_SHARED/ddp-logs" -- true
 fi

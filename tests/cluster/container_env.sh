@@ -45,16 +45,16 @@ pyxis_first() {
     "$(grep '^ddp: rank' <<<"$out" | sed 's/.* cpus=\([^ ]*\) .*/\1/' | sort)" "pyxis first: CPUs as without a container"
   figure "pyxis first contract" "$(tasks_right "$out") tasks right"
 
-  out=$(run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 "${PYXIS[@]}" /usr/bin/python3 "$ALLREDUCE" 2>&1) ||
+  out=$(run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 --ntasks-per-node=2 "${PYXIS[@]}" /usr/bin/python3 "$ALLREDUCE" 2>&1) ||
     fail "pyxis first: torch.distributed failed: $out"
   assert_eq 4 "$(grep -c 'world=4 .* sum=10 expected=10 OK' <<<"$out")" "pyxis first: Gloo all-reduce: $out"
   figure "pyxis first allreduce" "$(grep -c ' OK$' <<<"$out")/4 ranks sum=10"
 
   install -d -o "$DDP_CLUSTER_USER" "$dir"
-  out=$(run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 "${PYXIS[@]}" --ddp-snapshot-dir="$dir/snapshots" \
+  out=$(run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 --ntasks-per-node=2 "${PYXIS[@]}" --ddp-snapshot-dir="$dir/snapshots" \
     "$STAGED_TRAIN" "${TRAIN[@]}" --output "$dir/finalmodel.pt" 2 1 2>&1) || fail "pyxis first: ddp-train failed: $out"
   assert_snapshots_load "$dir/snapshots"
-  out=$(run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 "${PYXIS[@]}" --ddp-snapshot-dir="$dir/snapshots" \
+  out=$(run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 --ntasks-per-node=2 "${PYXIS[@]}" --ddp-snapshot-dir="$dir/snapshots" \
     "$STAGED_TRAIN" "${TRAIN[@]}" --output "$dir/finalmodel.pt" 3 1 2>&1) || fail "pyxis first: ddp-train's resume failed: $out"
   assert_contains "$out" "Resuming training from snapshot at Epoch 2" "pyxis first: the resume"
   assert_eq 4 "$(grep -c '^\[CPU[0-3]\] Epoch 2 ' <<<"$out")" "pyxis first: every rank trained epoch 2: $out"
@@ -71,7 +71,7 @@ pyxis_first() {
   # image that does not exist. Neither starts the program.
   install -d -o "$DDP_CLUSTER_USER" "$TEST_DIR/bin"
   cp "$VIEW" "$TEST_DIR/bin/"
-  assert_fails "a snapshot directory the container does not mount" run_on_cluster timeout 120 srun --ddp -N2 \
+  assert_fails "a snapshot directory the container does not mount" run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 \
     --ntasks-per-node=2 --container-image=pytorch --container-mounts="$TEST_DIR/bin" \
     --ddp-snapshot-dir="$TEST_DIR/unmounted/snapshots" "$TEST_DIR/bin/print_task_view.sh"
   assert_contains "$FAILED_OUTPUT" "ddp: snapshot directory '$TEST_DIR/unmounted/snapshots' is not mounted into the container: '$TEST_DIR' (the nearest part of it that exists) lies on '/tmp', a file system the container made for itself" \
@@ -80,7 +80,7 @@ pyxis_first() {
   assert_not_contains "$FAILED_OUTPUT" "task RANK=" "no program started"
   [ ! -e "$TEST_DIR/unmounted" ] || fail "the refused directory was created on the node"
   figure "pyxis first snapshot dir not mounted" "$(grep -m1 'ddp: snapshot directory' <<<"$FAILED_OUTPUT")"
-  assert_fails "an image that does not exist" run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 \
+  assert_fails "an image that does not exist" run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 --ntasks-per-node=2 \
     --container-image=no-such-image "$VIEW"
   assert_contains "$FAILED_OUTPUT" "pyxis_standin: image 'no-such-image' does not exist" "the plugin's line"
   assert_not_contains "$FAILED_OUTPUT" "task RANK=" "no program started"
@@ -89,7 +89,7 @@ pyxis_first() {
 ddp_first() {
   local out port job
   set_plugstack "required $DDP_CLUSTER_PLUGIN" "required $STANDIN"
-  assert_fails "a pyxis container after ddp.so" run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 "${PYXIS[@]}" "$VIEW"
+  assert_fails "a pyxis container after ddp.so" run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 --ntasks-per-node=2 "${PYXIS[@]}" "$VIEW"
   assert_contains "$FAILED_OUTPUT" "ddp: --container-image is handled by a container plugin that plugstack.conf lists after ddp.so (pyxis)" \
     "ddp.so's refusal"
   assert_contains "$FAILED_OUTPUT" "list ddp.so after pyxis in plugstack.conf" "the fix"
@@ -101,7 +101,7 @@ ddp_first() {
   assert_eq 4/4 "$(tasks_right "$out")" "ddp.so first without a container: $out"
 
   # A container plugin ddp.so cannot recognise: the hook's port replaces ddp.so's, never silently.
-  out=$(run_on_cluster env STANDIN_CONTAINER_IMAGE=pytorch timeout 120 srun --ddp --ddp-verbose -N2 --ntasks-per-node=2 \
+  out=$(run_on_cluster env STANDIN_CONTAINER_IMAGE=pytorch timeout 120 "${SRUN[@]}" --ddp --ddp-verbose -N2 --ntasks-per-node=2 \
     --container-mounts="$MOUNTS" "$VIEW" 2>&1) || fail "an unrecognised container plugin after ddp.so: $out"
   job=$(grep -m1 -o 'TORCHELASTIC_RUN_ID=[0-9]*' <<<"$out" | cut -d= -f2)
   port=$((job % 4536 + 61000))
@@ -109,7 +109,7 @@ ddp_first() {
   assert_eq 0/4 "$(tasks_right "$out")" "tasks whose contract stood"
   figure "unrecognised plugin after ddp.so" "$(tasks_right "$out") tasks right (MASTER_PORT=$port, enroot's hook's)"
   assert_fails "ddp-train under a replaced contract" run_on_cluster env STANDIN_CONTAINER_IMAGE=pytorch timeout 120 \
-    srun --ddp -N2 --ntasks-per-node=2 --container-mounts="$MOUNTS" "$STAGED_TRAIN" "${TRAIN[@]}" 2 1
+    "${SRUN[@]}" --ddp -N2 --ntasks-per-node=2 --container-mounts="$MOUNTS" "$STAGED_TRAIN" "${TRAIN[@]}" 2 1
   assert_match "$FAILED_OUTPUT" "ddp-train: MASTER_PORT=6[0-9]+ in this program, but srun --ddp set MASTER_PORT=[0-9]+ \(something that ran after ddp.so replaced them: this image sets PYTORCH_VERSION" \
     "ddp-train's refusal: $FAILED_OUTPUT"
   assert_not_contains "$FAILED_OUTPUT" "Epoch 0" "no training"
@@ -125,7 +125,7 @@ cleanenv() {
   figure "apptainer --cleanenv with --ddp-cleanenv=apptainer" "$(tasks_right "$out") tasks right"
   out=$(view_tasks -- "$CLEANENV") || fail "--cleanenv without the option: $out"
   assert_eq 0/4 "$(tasks_right "$out")" "without --ddp-cleanenv nothing gets in: $out"
-  assert_fails "ddp-train under --cleanenv without the option" run_on_cluster timeout 120 srun --ddp -N2 \
+  assert_fails "ddp-train under --cleanenv without the option" run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 \
     --ntasks-per-node=2 "$CLEANENV" "$STAGED_TRAIN" "${TRAIN[@]}" 2 1
   assert_contains "$FAILED_OUTPUT" "but none reached this program: apptainer/singularity exec --cleanenv passes only APPTAINERENV_ names" \
     "ddp-train's refusal"
@@ -134,6 +134,7 @@ cleanenv() {
   figure "apptainer --cleanenv without the option" "$(grep -m1 -o 'ddp-train: srun --ddp set [^:]*: ' <<<"$FAILED_OUTPUT")..."
 }
 
+allocate
 pyxis_first
 ddp_first
 cleanenv

@@ -9,6 +9,7 @@
 # shellcheck shell=bash
 
 VIEW=$(stage "$(dirname "${BASH_SOURCE[0]}")/print_task_view.sh")
+SRUN=(srun)
 # What every rank must see as ddp.so set it, and ddp.so's own report file (not a contract value, but one that a
 # container must not replace either).
 CONTRACT_NAMES=(RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_ERROR_FILE)
@@ -43,15 +44,26 @@ tasks_right() {
   echo "$right/$total"
 }
 
-# view_tasks [SRUN OPTION...] -- [PREFIX...]: stdout and stderr together.
+# view_tasks [SRUN OPTION...] -- [PREFIX...]: stdout and stderr together (in the allocation when there is one).
 view_tasks() {
   local opts=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
   [ $# -eq 0 ] || shift
-  run_on_cluster timeout 120 srun --ddp --ddp-verbose -N2 --ntasks-per-node=2 "${opts[@]}" "$@" "$VIEW" 2>&1
+  run_on_cluster timeout 120 "${SRUN[@]}" --ddp --ddp-verbose -N2 --ntasks-per-node=2 "${opts[@]}" "$@" "$VIEW" 2>&1
 }
 
 figure() { echo "FIGURE $1: $2"; }
+
+# allocate: one allocation of 2 nodes x 2 tasks for every step of the test (SRUN: srun in it); a new job per srun
+# would wait for the last one's nodes to be given back, a second or two each time.
+allocate() {
+  local out
+  out=$(run_on_cluster salloc --no-shell -N2 --ntasks-per-node=2 2>&1) || fail "salloc: $out"
+  JOB=$(grep -oE 'Granted job allocation [0-9]+' <<<"$out" | awk '{print $4}')
+  [ -n "$JOB" ] || fail "no job id from salloc: $out"
+  on_exit "run_on_cluster_as_root scancel $JOB"
+  SRUN=(srun --jobid="$JOB")
+}
 
 # userns_works: the job user may make a user namespace on a node (ch-run, rootless runc and the stand-in need it);
 # USERNS_ERROR says why not.

@@ -53,20 +53,20 @@ check_runtime() {
   assert_eq 0 "$(grep -c "mntns=$(on_node node1 readlink /proc/self/ns/mnt)" <<<"$out")" "$name: the container's view"
   figure "$name contract" "$(tasks_right "$out" contract) tasks right, $(tasks_right "$out") with their CPUs; binding: $(grep -m1 '^ddp: rank 0 ' <<<"$out" | sed 's/.* | //')"
 
-  out=$(run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 "$@" /usr/bin/python3 "$ALLREDUCE" 2>&1) ||
+  out=$(run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 --ntasks-per-node=2 "$@" /usr/bin/python3 "$ALLREDUCE" 2>&1) ||
     fail "$name: torch.distributed in the container failed: $out"
   assert_eq 4 "$(grep -c 'world=4 .* sum=10 expected=10 OK' <<<"$out")" "$name: Gloo all-reduce of 4 ranks: $out"
   figure "$name allreduce" "$(grep -c ' OK$' <<<"$out")/4 ranks sum=10"
 
   dir=$TEST_DIR/$name
   install -d -o "$DDP_CLUSTER_USER" "$dir"
-  out=$(run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 --ddp-snapshot-dir="$dir/snapshots" "$@" \
+  out=$(run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 --ntasks-per-node=2 --ddp-snapshot-dir="$dir/snapshots" "$@" \
     "$STAGED_TRAIN" "${TRAIN[@]}" --output "$dir/finalmodel.pt" 2 1 2>&1) || fail "$name: ddp-train failed: $out"
   assert_contains "$out" "Epoch 1 | Training snapshot saved at $dir/snapshots/snapshot-e000002-" "$name: a snapshot on the shared directory"
   assert_eq $((reset * 2)) "$(grep -c 'ddp-train: the container runtime reset the CPU binding srun --ddp chose' <<<"$out")" \
     "$name: ddp-train binds again, once per node, only where the runtime reset the binding: $out"
   assert_snapshots_load "$dir/snapshots"
-  out=$(run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 --ddp-snapshot-dir="$dir/snapshots" "$@" \
+  out=$(run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 --ntasks-per-node=2 --ddp-snapshot-dir="$dir/snapshots" "$@" \
     "$STAGED_TRAIN" "${TRAIN[@]}" --output "$dir/finalmodel.pt" 3 1 2>&1) || fail "$name: ddp-train's resume failed: $out"
   assert_contains "$out" "Resuming training from snapshot at Epoch 2" "$name: the resume"
   assert_eq 4 "$(grep -c '^\[CPU[0-3]\] Epoch 2 ' <<<"$out")" "$name: every rank trained epoch 2: $out"
@@ -78,7 +78,7 @@ check_runtime() {
 # ddp-doctor inside ch-run: what the container lets the run see.
 check_doctor_in_container() {
   local out snap=$TEST_DIR/doctor-snap
-  out=$(run_on_cluster timeout 120 srun --ddp=gloo -N2 --ntasks-per-node=1 --ddp-snapshot-dir="$snap" \
+  out=$(run_on_cluster timeout 120 "${SRUN[@]}" --ddp=gloo -N2 --ntasks-per-node=1 --ddp-snapshot-dir="$snap" \
     ch-run "$IMAGE" -- "$DOCTOR" --quick --timeout 10 --snapshot-size 1M 2>&1) || fail "ddp-doctor inside ch-run: $out"
   assert_match "$out" "container.runtime +OK +Charliecloud \(ch-run\)" "the doctor names the runtime: $out"
   assert_match "$out" "container.snapshot_dir +OK +present" "the doctor sees the prepared directory: $out"
@@ -90,12 +90,12 @@ check_bad_input() {
   local snaps=$TEST_DIR/ch-run/snapshots before out
   before=$(cd "$snaps" && sha256sum -- *)
   # An image that does not exist: ch-run's own one line.
-  assert_fails "ch-run with a missing image" run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 \
+  assert_fails "ch-run with a missing image" run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 --ntasks-per-node=2 \
     --ddp-snapshot-dir="$snaps" ch-run "$TEST_DIR/no-such-image" -- "$STAGED_TRAIN" "${TRAIN[@]}" 4 1
   assert_match "$FAILED_OUTPUT" "ch-run\[[0-9]+\]: error: .*no-such-image" "ch-run names the image: $FAILED_OUTPUT"
   figure "ch-run missing image" "$(grep -m1 'ch-run\[' <<<"$FAILED_OUTPUT")"
   # A bundle that does not exist: Slurm fails every task's launch ("Unspecified error"); srun --ddp says why first.
-  assert_fails "srun --container with a missing bundle" run_on_cluster timeout 120 srun --ddp -N2 --ntasks-per-node=2 \
+  assert_fails "srun --container with a missing bundle" run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 --ntasks-per-node=2 \
     --container="$TEST_DIR/no-such-bundle" --ddp-snapshot-dir="$TEST_DIR/oci/snapshots" "$STAGED_TRAIN" "${TRAIN[@]}" 4 1
   assert_contains "$FAILED_OUTPUT" "ddp: warning: --container=$TEST_DIR/no-such-bundle is not a directory on this host" \
     "srun --ddp's line"
@@ -104,7 +104,7 @@ check_bad_input() {
   # directory is not; only the program's directory is bound in. ddp-train refuses before its first step.
   install -d -o "$DDP_CLUSTER_USER" "$TEST_DIR/bin"
   cp "$STAGED_TRAIN" "$DOCTOR" "$TEST_DIR/bin/"
-  assert_fails "a snapshot directory ch-run does not mount" run_on_cluster timeout 120 srun --ddp -N2 \
+  assert_fails "a snapshot directory ch-run does not mount" run_on_cluster timeout 120 "${SRUN[@]}" --ddp -N2 \
     --ntasks-per-node=2 --ddp-snapshot-dir="$snaps" ch-run -t -b "$TEST_DIR/bin" "$IMAGE" -- \
     "$TEST_DIR/bin/ddp-train" "${TRAIN[@]}" 4 1
   assert_contains "$FAILED_OUTPUT" "ddp-train: snapshot directory '$snaps' does not exist inside this container (Charliecloud (ch-run)), though srun --ddp created it on node" \
@@ -112,7 +112,7 @@ check_bad_input() {
   assert_contains "$FAILED_OUTPUT" "mount it into the container with ch-run -b SRC[:DST]" "the option named"
   assert_not_contains "$FAILED_OUTPUT" "Epoch 0" "no training"
   figure "ch-run -t snapshot dir not mounted" "$(grep -m1 'ddp-train: snapshot directory' <<<"$FAILED_OUTPUT")"
-  assert_fails "ddp-doctor where the snapshot directory is not mounted" run_on_cluster timeout 120 srun --ddp=gloo \
+  assert_fails "ddp-doctor where the snapshot directory is not mounted" run_on_cluster timeout 120 "${SRUN[@]}" --ddp=gloo \
     -N2 --ntasks-per-node=1 --ddp-snapshot-dir="$snaps" ch-run -t -b "$TEST_DIR/bin" "$IMAGE" -- \
     "$TEST_DIR/bin/ddp-doctor" --quick --timeout 10 --snapshot-size 1M
   assert_match "$FAILED_OUTPUT" "container.snapshot_dir +FAIL +missing" "the doctor's row: $FAILED_OUTPUT"
@@ -120,6 +120,7 @@ check_bad_input() {
 }
 
 setup_oci
+allocate
 check_runtime ch-run ch-run "$IMAGE" --
 check_runtime oci --container="$BUNDLE"
 check_doctor_in_container
