@@ -30,7 +30,7 @@ plugstack=$(cat "$DDP_CLUSTER_PLUGSTACK")
 uid=$(id -u "$DDP_CLUSTER_USER")
 finish() {
   printf '%s\n' "$plugstack" >"$DDP_CLUSTER_PLUGSTACK"
-  rm -rf "$work" "$DDP_CLUSTER_DIR/etc/oci.conf" "/run/user/$uid"
+  rm -rf "$work" "$DDP_CLUSTER_DIR/etc/oci.conf" "$DDP_CLUSTER_BUNDLE/config.json" "/run/user/$uid"
   [ ${#cleanup[@]} -eq 0 ] || "${cleanup[@]}" >/dev/null
 }
 trap finish EXIT
@@ -68,9 +68,9 @@ if command -v ch-run >/dev/null; then
   compare "ch-run (srun ch-run IMAGE -- true)" -- ch-run "$DDP_CLUSTER_IMAGE" -- true
 fi
 if command -v runc >/dev/null; then
-  "$ROOT/tests/cluster/oci_bundle.sh" "$DDP_CLUSTER_DIR/etc" "$work/bundle" "$DDP_CLUSTER_IMAGE" "$DDP_CLUSTER_SHARED" \
+  "$ROOT/tests/cluster/oci_bundle.sh" "$DDP_CLUSTER_DIR/etc" "$DDP_CLUSTER_BUNDLE" "$DDP_CLUSTER_SHARED" \
     "$DDP_CLUSTER_USER"
-  compare "OCI (srun --container=BUNDLE true)" --container="$work/bundle" -- true
+  compare "OCI (srun --container=BUNDLE true)" --container="$DDP_CLUSTER_BUNDLE" -- true
 fi
 standin=$BUILD/tests/cluster/pyxis_standin.so
 if [ -e "$standin" ]; then

@@ -8,11 +8,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <string>
 
 #include "dispatch.h"
+#include "error.hpp"
 #include "node_setup.hpp"
 #include "parse.hpp"
 #include "plugin_state.hpp"
+#include "slurm_versions.h"
 #include "step.hpp"
 #include "topology_cache.hpp"
 
@@ -53,6 +56,22 @@ void give_job_key() {
   setenv(ddp::kJobKeyVariable, ddp::new_job_key().c_str(), 1);
 }
 
+// srun --container=BUNDLE (srun puts it in SLURM_CONTAINER before this callback) on a Slurm that writes the
+// container's environment before task_init (slurm_versions.h): the step could not get the contract.
+void refuse_container_without_task_env() {
+#if !DDP_SLURM_CONTAINER_TAKES_TASK_ENV
+  const char* bundle = getenv("SLURM_CONTAINER");
+  if (bundle == nullptr || *bundle == '\0') return;
+  char series[16];
+  std::snprintf(series, sizeof series, "%d.%02d", SLURM_VERSION_MAJOR(SLURM_VERSION_NUMBER),
+                SLURM_VERSION_MINOR(SLURM_VERSION_NUMBER));
+  throw ddp::Error(std::string("--container on Slurm ") + series +
+                   " writes the container's environment before any task starts, so RANK, LOCAL_RANK and the rest of "
+                   "what srun --ddp sets per task cannot reach it (Slurm 23.02 and later pass them); start the "
+                   "tasks with ch-run, apptainer or pyxis instead, or leave out --ddp");
+#endif
+}
+
 // srun --container=BUNDLE (srun puts it in SLURM_CONTAINER before this callback): a bundle the nodes do not have
 // fails every task's launch with Slurm's "Unspecified error", its reason only in slurmd's log. srun cannot know the
 // nodes' view (a bundle may be node-local), so a bundle missing here is a warning, not a refusal.
@@ -78,8 +97,11 @@ extern "C" int ddp_spank_init_post_opt(spank_t sp, int, char**) {
     if (!state().options.enabled) return 0;
     if (!state().failure) {
       give_job_key();
-      if (spank_context() == S_CTX_LOCAL) set_kill_on_bad_exit();
-      if (spank_context() == S_CTX_LOCAL) warn_missing_bundle();
+      if (spank_context() == S_CTX_LOCAL) {
+        set_kill_on_bad_exit();
+        refuse_container_without_task_env();
+        warn_missing_bundle();
+      }
       return 0;
     }
     log_error(state().failure->message);

@@ -30,10 +30,12 @@
 #                  steps' error reports) is its ddp-logs, gone with the cluster, not in the user's home.
 #   $DIR/local     node-private: a tmpfs mounted at this same path in each node's mount namespace; its file
 #                  .node names the node. On the host the path is an empty directory of its own.
-#   $DIR/image     a container image of this stack's own root, for the container tests (ch-run IMAGE, the root of
-#                  an OCI bundle for srun --container): /usr bound read-only from the root, a copy of /etc, the
-#                  merged-/usr links and empty mount points. Bound before the nodes start, so that every node's
-#                  mount namespace has it; it goes with the cluster (`env` gives it as DDP_CLUSTER_IMAGE).
+#   $DIR/oci/rootfs  a container image of this stack's own root, for the container tests (ch-run IMAGE), and the
+#                  root file system of an OCI bundle, $DIR/oci, for srun --container (the tests write its
+#                  config.json; Slurm 22.05 takes BUNDLE/rootfs whatever config.json says, and runc 1.1.5 refuses a
+#                  symbolic link there): /usr bound read-only from the root, a copy of /etc, the merged-/usr links
+#                  and empty mount points. Bound before the nodes start, so that every node's mount namespace has
+#                  it; it goes with the cluster (`env` gives DDP_CLUSTER_IMAGE and DDP_CLUSTER_BUNDLE).
 #   $DIR/etc       slurm.conf, mpi.conf, plugstack.conf (`up --plugin P` writes "required P ARGS"; P is a
 #                  copy under $DIR/etc when the job user cannot read P; `env` gives it as DDP_CLUSTER_PLUGIN).
 #   $DIR/log       slurmctld.log, slurmd-nodeK.log, munged.log, jobcomp.log (one line per finished job).
@@ -452,7 +454,7 @@ add_static_neighbours() {
 # per cluster, in well under a second, and shared by every container test. /etc is copied after add_hosts_lines,
 # so that the node names resolve inside too.
 make_image() {
-  local img=$DIR/image link
+  local img=$DIR/oci/rootfs link
   mkdir -p "$img"/{usr,dev,proc,sys,tmp,run,home,mnt,root,var/tmp}
   ln -s /run "$img/var/run"
   cp -a /etc "$img/etc"
@@ -699,7 +701,8 @@ cmd_env() {
     DDP_CLUSTER_SHARED "$SHARED" \
     DDP_CLUSTER_LOCAL "$LOCAL" \
     DDP_CLUSTER_PLUGSTACK "$DIR/etc/plugstack.conf" \
-    DDP_CLUSTER_IMAGE "$DIR/image" \
+    DDP_CLUSTER_IMAGE "$DIR/oci/rootfs" \
+    DDP_CLUSTER_BUNDLE "$DIR/oci" \
     DDP_CLUSTER_PLUGIN "$(cat "$DIR/etc/plugin" 2>/dev/null || true)" \
     DDP_CLUSTER_LOGS "$LOG" \
     DDP_CLUSTER_USER "$CLUSTER_USER" \
