@@ -17,7 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$PWD
 
-# The same names in bookworm and trixie (libclang-rt-dev is clang's default runtime there, 14 and 19).
+# The same names in bookworm and trixie (libclang-rt-dev is clang's default runtime there, 14 and 19). runc and
+# charliecloud-runtime (ch-run) are the container runtimes the cluster tests start (tests/cluster/containers.sh).
 PACKAGES=(
   cmake ninja-build g++ clang libclang-rt-dev pkg-config
   libslurm-dev slurmctld slurmd slurm-client munge
@@ -27,6 +28,7 @@ PACKAGES=(
   libgtest-dev nlohmann-json3-dev nettle-dev
   iproute2 procps psmisc util-linux e2fsprogs shellcheck python3-yaml clang-format
   file dpkg-dev bc debootstrap
+  runc charliecloud-runtime
 )
 declare -A RELEASE_OF=([debian12]=bookworm [debian13]=trixie [debian14]=forky)
 STACKS=(debian12 debian13 debian14)

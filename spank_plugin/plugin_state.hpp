@@ -7,8 +7,10 @@
 #include <optional>
 #include <string>
 
+#include "mount_view.hpp"
 #include "node_setup.hpp"
 #include "options.hpp"
+#include "snapshot_dir.hpp"
 #include "task_env.hpp"
 
 namespace ddp::spank {
@@ -26,6 +28,9 @@ struct PluginState {
   std::optional<Failure> failure;  // first problem found; --ddp steps fail with it
   std::optional<StepPlan> plan;    // set per node by user_init
   std::optional<NodeSetup> node;   // topology and network of this node, set by user_init
+  // The node's view of the file system, seen by user_init in slurmstepd: a task whose mount namespace differs at
+  // task_init was moved into a container by a plugin listed before ddp.so. Unset when /proc could not tell.
+  std::optional<MountView> node_view;
 };
 
 PluginState& state();
@@ -38,8 +43,10 @@ std::optional<std::string> get_env(spank_t sp, const char* name);
 
 // Per task, in the task's process before exec: its error report file and PyTorch's watchdog settings in `env`
 // (step_logs.hpp), the step's log directory created as the user. Throws ddp::Error for a bad DDP_LOG_DIR; a
-// directory that cannot be created only costs the reports, with a warning.
-void prepare_failure_reporting(const StepPlan& plan, const TaskInfo& task, TaskEnv& env);
+// directory that cannot be created only costs the reports, with a warning. With `container` (the task runs in a
+// container's view), a directory that is not mounted into the container is not created there: same warning.
+void prepare_failure_reporting(const StepPlan& plan, const TaskInfo& task, TaskEnv& env,
+                               const ContainerView* container);
 
 // Slurm's own configuration in this process (srun, sbatch, salloc, slurmstepd), exported by libslurmfull but not
 // declared in its public headers; nullptr unless the running Slurm is of the series ddp.so was built for (the layout

@@ -6,6 +6,10 @@
  *         an option is idempotent. A failure returned by user_init gives srun "launch failed" with exit status 0,
  *         and in a batch job drains the node; one returned by task_init fails the step with exit status 1. So
  *         ddp.so never fails user_init: every problem is kept and reported from task_init (as NVIDIA/pyxis does).
+ *  23.02  srun --container (oci.conf) writes each task's config.json as the task starts, from its final environment,
+ *         so what ddp.so sets in task_init reaches the container. 22.05 wrote one per node before any task started,
+ *         from the step's environment (and ran one task per node there): no per-task value can reach the program,
+ *         so ddp.so refuses --ddp with --container in srun on 22.05, in one line.
  *  23.11  A SPANK failure marks the step failed and srun exits 1, also from user_init; a batch job's user_init
  *         failure still drains the node (and requeues the job). hostlist_t becomes a pointer type: ddp.so parses
  *         node lists itself (src/hostlist) and uses none of Slurm's hostlist functions.
@@ -45,6 +49,9 @@
 #if !DDP_SLURM_AT_LEAST(22, 5)
 #error "ddp.so supports Slurm 22.05 and later: these slurm/slurm_version.h headers are older"
 #endif
+
+/* Slurm 23.02 gives a --container task the environment task_init left (see above). */
+#define DDP_SLURM_CONTAINER_TAKES_TASK_ENV DDP_SLURM_AT_LEAST(23, 2)
 
 /* Slurm 25.05 reads how a failing slurm_spank_init ends: the node (drain) or the job. */
 #define DDP_SLURM_HAS_INIT_FAILURE_MODE DDP_SLURM_AT_LEAST(25, 5)

@@ -1,17 +1,23 @@
 // After the options are parsed. srun, sbatch and salloc refuse a --ddp request that cannot run, before anything
 // is allocated or launched, and give a new --ddp job its key (ports.hpp); srun makes a task's failure end a --ddp
-// step. slurmstepd, still root here, fills the node's topology cache for this and later steps.
+// step and warns about a --container bundle it cannot see. slurmstepd, still root here, fills the node's topology
+// cache for this and later steps.
 #include <slurm/slurm.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <optional>
 #include <string>
 
 #include "dispatch.h"
+#include "error.hpp"
 #include "node_setup.hpp"
+#include "parse.hpp"
 #include "plugin_state.hpp"
 #include "ports.hpp"
+#include "slurm_versions.h"
 #include "step.hpp"
 #include "topology_cache.hpp"
 
@@ -74,6 +80,36 @@ void give_job_key() {
   exit(1);
 }
 
+// srun --container=BUNDLE (srun puts it in SLURM_CONTAINER before this callback) on a Slurm that writes the
+// container's environment before task_init (slurm_versions.h): the step could not get the contract.
+void refuse_container_without_task_env() {
+#if !DDP_SLURM_CONTAINER_TAKES_TASK_ENV
+  const char* bundle = getenv("SLURM_CONTAINER");
+  if (bundle == nullptr || *bundle == '\0') return;
+  char series[16];
+  std::snprintf(series, sizeof series, "%d.%02d", SLURM_VERSION_MAJOR(SLURM_VERSION_NUMBER),
+                SLURM_VERSION_MINOR(SLURM_VERSION_NUMBER));
+  refuse(std::string("--container on Slurm ") + series +
+                   " writes the container's environment before any task starts, so RANK, LOCAL_RANK and the rest of "
+                   "what srun --ddp sets per task cannot reach it (Slurm 23.02 and later pass them); start the "
+                   "tasks with ch-run, apptainer or pyxis instead, or leave out --ddp");
+#endif
+}
+
+// srun --container=BUNDLE (srun puts it in SLURM_CONTAINER before this callback): a bundle the nodes do not have
+// fails every task's launch with Slurm's "Unspecified error", its reason only in slurmd's log. srun cannot know the
+// nodes' view (a bundle may be node-local), so a bundle missing here is a warning, not a refusal.
+void warn_missing_bundle() {
+  const char* bundle = getenv("SLURM_CONTAINER");
+  if (bundle == nullptr || *bundle == '\0') return;
+  struct stat info = {};
+  if (stat(bundle, &info) == 0 && S_ISDIR(info.st_mode)) return;
+  fprintf(stderr,
+          "ddp: warning: --container=%s is not a directory on this host: where the nodes lack it too, every task's "
+          "launch fails (\"Unspecified error\"); give an OCI bundle directory (config.json and its root file system)\n",
+          ddp::printable(bundle, 300).c_str());
+}
+
 }  // namespace
 
 extern "C" int ddp_spank_init_post_opt(spank_t sp, int, char**) {
@@ -85,7 +121,11 @@ extern "C" int ddp_spank_init_post_opt(spank_t sp, int, char**) {
     if (!state().options.enabled) return 0;
     if (state().failure) refuse(state().failure->message);
     give_job_key();
-    if (spank_context() == S_CTX_LOCAL) set_kill_on_bad_exit(sp);
+    if (spank_context() == S_CTX_LOCAL) {
+      set_kill_on_bad_exit(sp);
+      refuse_container_without_task_env();
+      warn_missing_bundle();
+    }
     return 0;
   });
 }

@@ -10,6 +10,7 @@
 #include "dispatch.h"
 #include "error.hpp"
 #include "failure_report.hpp"
+#include "mount_view.hpp"
 #include "parse.hpp"
 #include "plugin_state.hpp"
 #include "step.hpp"
@@ -19,12 +20,17 @@ using namespace ddp::spank;
 
 namespace ddp::spank {
 
-void prepare_failure_reporting(const StepPlan& plan, const TaskInfo& task, TaskEnv& env) {
+void prepare_failure_reporting(const StepPlan& plan, const TaskInfo& task, TaskEnv& env,
+                               const ContainerView* container) {
   const auto base = ddp::log_base(env.user_value(ddp::kLogDirVariable), plan.step.home);
   const std::string run_id = env.value("TORCHELASTIC_RUN_ID").value_or("");
   std::optional<std::string> dir;
   if (base) {
     try {
+      if (container != nullptr) {
+        ddp::require_node_file_system(ddp::step_log_dir(*base, run_id), "log directory", container->node_devices,
+                                      ddp::this_mount_view().mounts, container->mount_option);
+      }
       ddp::prepare_step_log_dir(*base, run_id, plan.snapshot_dir_timeout);
       dir = ddp::step_log_dir(*base, run_id);
     } catch (const ddp::Error& e) {

@@ -5,13 +5,20 @@
 // user_init failures would only say "launch failed" and leave srun's exit code 0, so every problem is kept
 // and reported from task_init, where the task ends itself before exec (exit status 1, srun's too), whether
 // plugstack.conf loads ddp.so as "required" or "optional".
+// Containers (container.hpp, mount_view.hpp): a plugin listed before ddp.so (pyxis) has moved the task into its
+// container's mount namespace by task_init; the topology and the network were read in user_init, in the node's
+// view, so the binding plans from the node's hardware, and the snapshot and log directories are prepared in the
+// container's view, where the program will use them. A container plugin listed after ddp.so would import its
+// container's environment over the contract: the step is refused before anything starts.
 
 #include <unistd.h>
 
 #include <cstdio>
 
+#include "container.hpp"
 #include "dispatch.h"
 #include "error.hpp"
+#include "id_list.hpp"
 #include "netif.hpp"
 #include "parse.hpp"
 #include "plugin_state.hpp"
@@ -114,6 +121,15 @@ bool is_ddp_step(spank_t sp, uint32_t* step_id) {
   return spank_get_item(sp, S_JOB_STEPID, step_id) == ESPANK_SUCCESS && ddp::is_application_step(*step_id);
 }
 
+// Read here, in slurmstepd's own namespace; a failure only leaves container views undetected.
+void remember_node_view() {
+  try {
+    state().node_view = ddp::this_mount_view();
+  } catch (const std::exception& e) {
+    slurm_debug("ddp: %s: tasks in containers of plugins before ddp.so are not told apart", e.what());
+  }
+}
+
 void plan_this_node(spank_t sp, uint32_t step_id) {
   PluginState& s = state();
   try {
@@ -173,12 +189,52 @@ void check_this_node(const ddp::StepPlan& plan, const ddp::TaskInfo& task, const
   }
 }
 
+// The task's view, when a plugin before ddp.so moved it into a container's mount namespace (pyxis does, in its
+// task_init); null in the node's own view.
+std::optional<ddp::ContainerView> container_view() {
+  const auto& node_view = state().node_view;
+  const ino_t here = ddp::this_mount_namespace();
+  if (!node_view || here == 0 || here == node_view->namespace_id) return std::nullopt;
+  return ddp::ContainerView{node_view->devices, ddp::container_kind(ddp::ContainerRuntime::Pyxis).mount};
+}
+
+// pyxis's options, in use while the task is still in the node's view: pyxis comes after ddp.so in plugstack.conf
+// and will import its container's environment over the contract. spank_option_getopt finds any plugin's option
+// by name (the stack's option cache); the probes are static, since Slurm may keep a pointer to them.
+std::optional<std::string> later_container_option(spank_t sp) {
+  static spank_option probes[] = {
+      {const_cast<char*>("container-image"), nullptr, nullptr, 1, 0, nullptr},
+      {const_cast<char*>("container-name"), nullptr, nullptr, 1, 0, nullptr},
+  };
+  for (spank_option& probe : probes) {
+    char* value = nullptr;
+    if (spank_option_getopt(sp, &probe, &value) == ESPANK_SUCCESS) return std::string("--") + probe.name;
+  }
+  for (const char* name : {"PYXIS_CONTAINER_IMAGE", "PYXIS_CONTAINER_NAME"}) {
+    if (get_env(sp, name)) return std::string(name);
+  }
+  return std::nullopt;
+}
+
+void refuse_container_plugin_after_ddp(spank_t sp) {
+  const auto option = later_container_option(sp);
+  if (!option) return;
+  throw ddp::Error(
+      *option +
+      " is handled by a container plugin that plugstack.conf lists after ddp.so (pyxis): it would import its "
+      "container's environment over the MASTER_ADDR, MASTER_PORT, WORLD_SIZE and ranks ddp.so set (enroot's pytorch "
+      "hook puts MASTER_PORT=SLURM_JOB_ID%4536+61000 there, one port for every step of the job), so the step was "
+      "not started; list ddp.so after pyxis in plugstack.conf (install-head-node.sh writes "
+      "plugstack.conf.d/zz-ddp.conf, which sorts after pyxis.conf)");
+}
+
 // In the task's process, as the user: a hung file system costs this task the deadline, not slurmstepd its life.
-void prepare_snapshot_dir(const ddp::StepPlan& plan, const ddp::EnvLookup& user_env) {
+void prepare_snapshot_dir(const ddp::StepPlan& plan, const ddp::EnvLookup& user_env,
+                          const ddp::ContainerView* container) {
   const auto dir = ddp::snapshot_dir_to_prepare(plan, user_env);
   if (!dir) return;
   try {
-    ddp::prepare_snapshot_dir(*dir, "--ddp-snapshot-dir", plan.snapshot_dir_timeout);
+    ddp::prepare_snapshot_dir(*dir, "--ddp-snapshot-dir", plan.snapshot_dir_timeout, container);
   } catch (const ddp::Error& e) {
     throw ddp::Error(std::string(e.what()) + " (on " + plan.step.hostname + ")");
   }
@@ -188,17 +244,23 @@ int export_task_env(spank_t sp) {
   const ddp::StepPlan& plan = *state().plan;
   const ddp::TaskInfo task = read_task(sp);
   const ddp::EnvLookup user_env = [sp](const std::string& name) { return get_env(sp, name.c_str()); };
-  prepare_snapshot_dir(plan, user_env);
+  const std::optional<ddp::ContainerView> container = container_view();
+  const ddp::ContainerView* in_container = container ? &*container : nullptr;
+  prepare_snapshot_dir(plan, user_env, in_container);
   ddp::TaskEnv env = ddp::task_env(plan, task, user_env);
-  prepare_failure_reporting(plan, task, env);
-  const ddp::TaskBinding binding = ddp::bind_task(*state().node, plan, task, env);
+  prepare_failure_reporting(plan, task, env, in_container);
+  ddp::TaskBinding binding = ddp::bind_task(*state().node, plan, task, env);
+  if (container) binding.summary += " view=container";
   if (plan.check) check_this_node(plan, task, env);
-  // After Slurm's own affinity step, within what it allowed (apply_cpu_binding intersects with it).
-  if (!binding.cpus.empty()) ddp::apply_cpu_binding(0, binding.cpus);
-  for (const ddp::EnvVar& var : env.vars()) {
-    if (var.origin == ddp::Origin::User) continue;
-    if (spank_setenv(sp, var.name.c_str(), var.value.c_str(), 1) != ESPANK_SUCCESS) {
-      throw ddp::Error("cannot set " + var.name + " in the task's environment");
+  // After Slurm's own affinity step, within what it allowed (apply_cpu_binding intersects with it). Exported too:
+  // a container runtime that resets the affinity of the process it starts (runc since 1.2) loses it, and the
+  // program applies it again (container.hpp: restore_cpu_binding).
+  if (!binding.cpus.empty()) {
+    env.set(ddp::kCpuBindVariable, ddp::format_id_list(ddp::apply_cpu_binding(0, binding.cpus)));
+  }
+  for (const auto& [name, value] : ddp::task_exports(env, plan.cleanenv)) {
+    if (spank_setenv(sp, name.c_str(), value.c_str(), 1) != ESPANK_SUCCESS) {
+      throw ddp::Error("cannot set " + name + " in the task's environment");
     }
   }
   if (plan.verbose) std::fprintf(stderr, "%s\n", ddp::verbose_line(plan, task, env, binding.summary).c_str());
@@ -210,7 +272,9 @@ int export_task_env(spank_t sp) {
 extern "C" int ddp_spank_user_init(spank_t sp, int, char**) {
   return guarded([&] {
     uint32_t step_id = 0;
-    if (is_ddp_step(sp, &step_id) && !state().failure) plan_this_node(sp, step_id);
+    if (!is_ddp_step(sp, &step_id) || state().failure) return 0;
+    remember_node_view();
+    plan_this_node(sp, step_id);
     return 0;
   });
 }
@@ -220,6 +284,12 @@ extern "C" int ddp_spank_task_init(spank_t sp, int, char**) {
     uint32_t step_id = 0;
     if (!is_ddp_step(sp, &step_id)) return 0;
     if (state().failure) fail_task(sp);
+    try {
+      if (!container_view()) refuse_container_plugin_after_ddp(sp);
+    } catch (const std::exception& e) {
+      record_failure(e.what(), false);
+      fail_task(sp);
+    }
     try {
       return export_task_env(sp);
     } catch (const std::exception& e) {

@@ -12,6 +12,7 @@
 
 #include "child_process.hpp"
 #include "error.hpp"
+#include "mount_view.hpp"
 #include "parse.hpp"
 
 namespace ddp {
@@ -202,10 +203,15 @@ SnapshotDir SnapshotDir::open(const std::string& path, const std::string& option
   return SnapshotDir(path, open_private_dir(path, snapshot_rules(option)));
 }
 
-void prepare_snapshot_dir(const std::string& path, const std::string& option, std::chrono::milliseconds deadline) {
+void prepare_snapshot_dir(const std::string& path, const std::string& option, std::chrono::milliseconds deadline,
+                          const ContainerView* container) {
   const ChildOutcome outcome = run_in_child(
       [&]() -> std::string {
         try {
+          if (container != nullptr) {
+            require_node_file_system(path, "snapshot directory", container->node_devices, this_mount_view().mounts,
+                                     container->mount_option);
+          }
           SnapshotDir::open(path, option);
         } catch (const std::exception& e) {
           return e.what();

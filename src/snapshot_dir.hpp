@@ -19,6 +19,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "unique_fd.hpp"
 
@@ -70,9 +71,19 @@ class SnapshotDir {
   UniqueFd fd_;
 };
 
+// A task that runs in a container's view of the file system (ddp.so listed after a container plugin): the
+// devices of the node's own view, and the container's option that mounts a node directory (mount_view.hpp).
+struct ContainerView {
+  std::vector<dev_t> node_devices;
+  std::string mount_option;
+};
+
 // SnapshotDir::open in a child process that must answer within `deadline`: on a file system that hangs (NFS,
 // Lustre), the caller gets ddp::Error at the deadline instead of hanging with it; the child is killed. For the
-// plugin's tasks, before exec (nothing touches shared storage inside slurmstepd itself).
-void prepare_snapshot_dir(const std::string& path, const std::string& option, std::chrono::milliseconds deadline);
+// plugin's tasks, before exec (nothing touches shared storage inside slurmstepd itself). With `container`, the
+// directory is first required to reach the node (require_node_file_system): nothing is created on the
+// container's own file systems.
+void prepare_snapshot_dir(const std::string& path, const std::string& option, std::chrono::milliseconds deadline,
+                          const ContainerView* container = nullptr);
 
 }  // namespace ddp

@@ -1,5 +1,8 @@
 #include "task_env.hpp"
 
+#include <algorithm>
+
+#include "container.hpp"
 #include "error.hpp"
 #include "hostlist.hpp"
 #include "snapshot_dir.hpp"
@@ -36,6 +39,7 @@ StepPlan plan_step(const StepInfo& step, const Options& options, const Config& c
   plan.topology_cache = config.topology_cache;
   plan.snapshot_dir_timeout = config.snapshot_dir_timeout;
   plan.check = options.check;
+  plan.cleanenv = options.cleanenv.value_or(config.cleanenv);
   plan.master_addr = first_host(step.node_list);
   plan.port =
       choose_master_port(options.port, step.reserved_ports, step.job_id, step.step_id, config.port_range, step.job_key);
@@ -113,6 +117,27 @@ TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user) {
     env.set_default("DDP_SNAPSHOT_DIR", plan.snapshot_dir);
   }
   return env;
+}
+
+std::vector<std::pair<std::string, std::string>> task_exports(const TaskEnv& env, CleanEnv cleanenv) {
+  std::vector<std::pair<std::string, std::string>> exports;
+  ContractValues contract;
+  for (const EnvVar& var : env.vars()) {
+    if (var.origin == Origin::User) continue;
+    exports.emplace_back(var.name, var.value);
+    const auto& names = contract_names();
+    if (std::find(names.begin(), names.end(), var.name) != names.end()) contract.emplace_back(var.name, var.value);
+  }
+  const std::string contract_text = encode_contract(contract);
+  exports.emplace_back(kContractVariable, contract_text);
+  if (cleanenv != CleanEnv::Off) {
+    const size_t plugin_values = exports.size();
+    for (size_t i = 0; i < plugin_values; ++i) {
+      exports.emplace_back(env_prefix(cleanenv) + exports[i].first, exports[i].second);
+    }
+  }
+  if (cleanenv != CleanEnv::Apptainer) exports.emplace_back(kCleanEnvContractVariable, contract_text);
+  return exports;
 }
 
 std::optional<std::string> snapshot_dir_to_prepare(const StepPlan& plan, const EnvLookup& user) {

@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 
+#include "container.hpp"
 #include "ddp_runtime/distributed_model.hpp"
 #include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/failure_report.hpp"
@@ -580,7 +581,16 @@ int train_main(int argc, char** argv, const JobFactory& make_job) {
       std::fputs(train_usage(), stdout);
       return 0;
     }
-    return run_training(options, launch_from_environment(env), make_job);
+    const Launch launch = launch_from_environment(env);
+    // Before the first step: a snapshot directory srun --ddp made that this container cannot see would take the
+    // run's snapshots with it; a binding the container runtime reset is applied again.
+    require_prepared_dir(options.snapshot_dir, env);
+    if (const auto rebound = restore_cpu_binding(env); rebound && launch.local_rank == 0) {
+      std::fprintf(stderr,
+                   "%s: the container runtime reset the CPU binding srun --ddp chose (to %s): bound to %s again\n",
+                   program.c_str(), rebound->before.c_str(), rebound->after.c_str());
+    }
+    return run_training(options, launch, make_job);
   } catch (const Error& e) {
     return fail(program, 2, e.what());
   } catch (const std::exception& e) {

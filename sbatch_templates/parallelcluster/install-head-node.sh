@@ -18,6 +18,12 @@
 #                        upgrading, or when ddp.so sits on shared storage that a node may reach late.
 # Running it twice changes nothing: files are only written when their content differs. It refuses to install
 # a plugin built against headers of another Slurm version than the srun it finds.
+# Order: ddp.so must come after pyxis in the plugin stack. pyxis's task_init imports its container's environment
+# into every task over what is there (and enroot's pytorch hook puts MASTER_ADDR, MASTER_PORT and WORLD_SIZE
+# into that environment); ddp.so after it sets the contract last, inside the container's view. Slurm reads an
+# include directory in sorted order, so the snippet is plugstack.conf.d/zz-ddp.conf (after pyxis.conf), and a
+# ddp.so line in plugstack.conf itself goes last. An order that would let pyxis win is refused by ddp.so at every
+# step that asks for a container.
 set -euo pipefail
 
 SOURCE=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,7 +41,7 @@ parse_args() {
       --plugstack) plugstack=${2:?--plugstack needs a file}; shift 2 ;;
       --build-dir) build_dir=${2:?--build-dir needs a directory}; shift 2 ;;
       --optional) mode=optional; shift ;;
-      -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+      -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
       *=*) args+=("$1"); shift ;;
       *) die "unknown argument '$1'; see --help" ;;
     esac
@@ -146,11 +152,26 @@ configure_plugstack() {
   include_dir=$(sed -n -E 's/^[[:space:]]*include[[:space:]]+(.*)\/\*(\.conf)?[[:space:]]*$/\1/p' "$plugstack" | head -n 1)
   if [ -n "$include_dir" ]; then
     mkdir -p "$include_dir"
-    write_if_changed "$include_dir/ddp.conf" "$line"
+    write_if_changed "$include_dir/zz-ddp.conf" "$line"
+    # Earlier versions wrote ddp.conf, which sorts before pyxis.conf; two ddp.so lines would clash.
+    if [ -f "$include_dir/ddp.conf" ] && grep -q '/ddp\.so\([[:space:]]\|$\)' "$include_dir/ddp.conf"; then
+      rm -f "$include_dir/ddp.conf"
+      say "removed: $include_dir/ddp.conf (now zz-ddp.conf, after pyxis.conf)"
+    fi
+    check_order "$include_dir"
   else
     # No include directory: keep exactly one ddp.so line in plugstack.conf itself.
     write_if_changed "$plugstack" "$(grep -v '/ddp\.so\([[:space:]]\|$\)' "$plugstack"; echo "$line")"
   fi
+}
+
+# A file of the include directory that sorts after zz-ddp.conf and loads pyxis would import its container's
+# environment over ddp.so's: said, not fixed (the admin named it).
+check_order() {
+  local later
+  later=$(find "$1" -maxdepth 1 -name '*.conf' 2>/dev/null | LC_ALL=C sort |
+    LC_ALL=C awk -v ddp="$1/zz-ddp.conf" '$0 > ddp' | xargs -r grep -l 'pyxis' 2>/dev/null || true)
+  [ -z "$later" ] || say "warning: $later loads pyxis after zz-ddp.conf; rename it to sort before zz-ddp.conf, or ddp.so refuses every --ddp step in a pyxis container"
 }
 
 verify() {

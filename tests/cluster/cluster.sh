@@ -30,6 +30,12 @@
 #                  steps' error reports) is its ddp-logs, gone with the cluster, not in the user's home.
 #   $DIR/local     node-private: a tmpfs mounted at this same path in each node's mount namespace; its file
 #                  .node names the node. On the host the path is an empty directory of its own.
+#   $DIR/oci/rootfs  a container image of this stack's own root, for the container tests (ch-run IMAGE), and the
+#                  root file system of an OCI bundle, $DIR/oci, for srun --container (the tests write its
+#                  config.json; Slurm 22.05 takes BUNDLE/rootfs whatever config.json says, and runc 1.1.5 refuses a
+#                  symbolic link there): /usr bound read-only from the root, a copy of /etc, the merged-/usr links
+#                  and empty mount points. Bound before the nodes start, so that every node's mount namespace has
+#                  it; it goes with the cluster (`env` gives DDP_CLUSTER_IMAGE and DDP_CLUSTER_BUNDLE).
 #   $DIR/etc       slurm.conf, mpi.conf, plugstack.conf (`up --plugin P` writes "required P ARGS"; P is a
 #                  copy under $DIR/etc when the job user cannot read P; `env` gives it as DDP_CLUSTER_PLUGIN);
 #                  gres.conf and gpu0, gpu1: every node has 2 GPUs as Slurm sees them, device files without a
@@ -468,6 +474,21 @@ add_static_neighbours() {
   done
 }
 
+# A directory image is the cheapest: no copy of /usr (2 GB with torch), one bind mount, a few MB of /etc; made once
+# per cluster, in well under a second, and shared by every container test. /etc is copied after add_hosts_lines,
+# so that the node names resolve inside too.
+make_image() {
+  local img=$DIR/oci/rootfs link
+  mkdir -p "$img"/{usr,dev,proc,sys,tmp,run,home,mnt,root,var/tmp}
+  ln -s /run "$img/var/run"
+  cp -a /etc "$img/etc"
+  for link in bin lib lib32 lib64 libx32 sbin; do
+    [ ! -L "/$link" ] || ln -s "$(readlink "/$link")" "$img/$link"
+  done
+  mount --bind /usr "$img/usr"
+  mount -o remount,bind,ro "$img/usr"
+}
+
 add_hosts_lines() {
   local k
   {
@@ -695,6 +716,7 @@ cmd_up() {
   start_munge
   setup_network
   add_hosts_lines
+  make_image
   setup_node_namespaces
   write_slurm_conf
   start_slurm
@@ -719,6 +741,8 @@ cmd_env() {
     DDP_CLUSTER_SHARED "$SHARED" \
     DDP_CLUSTER_LOCAL "$LOCAL" \
     DDP_CLUSTER_PLUGSTACK "$DIR/etc/plugstack.conf" \
+    DDP_CLUSTER_IMAGE "$DIR/oci/rootfs" \
+    DDP_CLUSTER_BUNDLE "$DIR/oci" \
     DDP_CLUSTER_PLUGIN "$(cat "$DIR/etc/plugin" 2>/dev/null || true)" \
     DDP_CLUSTER_LOGS "$LOG" \
     DDP_CLUSTER_USER "$CLUSTER_USER" \

@@ -92,6 +92,24 @@ TEST(Options, ADdpStepEndsWhenATaskFailsUnlessKeepGoing) {
   EXPECT_FALSE(kill_on_bad_exit(options));
 }
 
+TEST(Options, CleanEnvNamesTheRuntimesPrefix) {
+  Options options;
+  EXPECT_FALSE(options.cleanenv.has_value()) << "unset: the admin's cleanenv applies";
+  apply_option(options, index_of("ddp-cleanenv"), "apptainer");
+  EXPECT_EQ(options.cleanenv, CleanEnv::Apptainer);
+  EXPECT_STREQ(env_prefix(*options.cleanenv), "APPTAINERENV_");
+  apply_option(options, index_of("ddp-cleanenv"), "singularity");
+  EXPECT_STREQ(env_prefix(*options.cleanenv), "SINGULARITYENV_");
+  apply_option(options, index_of("ddp-cleanenv"), "off");
+  EXPECT_EQ(options.cleanenv, CleanEnv::Off);
+  EXPECT_EQ(error_of([&] { apply_option(options, index_of("ddp-cleanenv"), "docker"); }),
+            "unknown --ddp-cleanenv value 'docker'; use apptainer (APPTAINERENV_ names), singularity "
+            "(SINGULARITYENV_ names) or off");
+  EXPECT_EQ(parse_config({"cleanenv=apptainer"}, "f").cleanenv, CleanEnv::Apptainer);
+  EXPECT_EQ(parse_config({}, "f").cleanenv, CleanEnv::Off);
+  EXPECT_THROW(parse_config({"cleanenv=yes"}, "f"), Error);
+}
+
 TEST(Options, EveryOptionIsNamedAndDocumented) {
   for (const OptionSpec& spec : option_table()) {
     EXPECT_EQ(std::string(spec.name).rfind("ddp", 0), 0u) << spec.name;
@@ -123,11 +141,11 @@ TEST(Config, RejectsBadArgumentsNamingKeyValueAndFile) {
   EXPECT_EQ(error_of([&] { parse_config({"prot_range=1-2"}, file); }),
             "plugstack argument 'prot_range=1-2' in " + file +
                 ": unknown key 'prot_range'; known keys: port_range, default_backend, snapshot_dir, bind, nic, "
-                "topology_xml, topology_cache, snapshot_dir_timeout");
+                "topology_xml, topology_cache, snapshot_dir_timeout, cleanenv");
   EXPECT_EQ(error_of([&] { parse_config({"verbose"}, file); }),
             "plugstack argument 'verbose' in " + file +
                 " is not key=value; known keys: port_range, default_backend, snapshot_dir, bind, nic, topology_xml, "
-                "topology_cache, snapshot_dir_timeout");
+                "topology_cache, snapshot_dir_timeout, cleanenv");
   for (const char* bad :
        {"port_range=30000", "port_range=3-2", "port_range=100-200", "port_range=20000-70000",
         "port_range=", "default_backend=tcp", "default_backend=", "bind=all", "nic=a b", "topology_xml=p4d.xml"}) {

@@ -29,16 +29,25 @@ write_conf "$WORK/a"
 echo "include $WORK/a/plugstack.conf.d/*.conf" >"$WORK/a/plugstack.conf"
 install_into "$WORK/a" port_range=21000-21999 >"$WORK/first.log"
 [ -x "$WORK/a/plugins/ddp.so" ] || fail "ddp.so not installed"
-[ "$(cat "$WORK/a/plugstack.conf.d/ddp.conf")" = "required $WORK/a/plugins/ddp.so port_range=21000-21999" ] ||
-  fail "unexpected snippet: $(cat "$WORK/a/plugstack.conf.d/ddp.conf")"
+[ "$(cat "$WORK/a/plugstack.conf.d/zz-ddp.conf")" = "required $WORK/a/plugins/ddp.so port_range=21000-21999" ] ||
+  fail "unexpected snippet: $(cat "$WORK/a/plugstack.conf.d/zz-ddp.conf")"
 help=$(SLURM_CONF=$WORK/a/slurm.conf srun --help)
 grep -q -- '--ddp-port' <<<"$help" || fail "srun does not list --ddp-port"
 
 # 2. Idempotent: the second run writes nothing.
-before=$(stat -c '%Y %i' "$WORK/a/plugins/ddp.so" "$WORK/a/plugstack.conf.d/ddp.conf")
+before=$(stat -c '%Y %i' "$WORK/a/plugins/ddp.so" "$WORK/a/plugstack.conf.d/zz-ddp.conf")
 install_into "$WORK/a" port_range=21000-21999 >"$WORK/second.log"
 grep -E 'wrote|installed' "$WORK/second.log" && fail "second run changed files"
-[ "$before" = "$(stat -c '%Y %i' "$WORK/a/plugins/ddp.so" "$WORK/a/plugstack.conf.d/ddp.conf")" ] || fail "files touched"
+[ "$before" = "$(stat -c '%Y %i' "$WORK/a/plugins/ddp.so" "$WORK/a/plugstack.conf.d/zz-ddp.conf")" ] || fail "files touched"
+
+# 2b. An earlier install's ddp.conf (which sorts before pyxis.conf) goes; a pyxis snippet sorting after ours is named.
+echo "required $WORK/a/plugins/ddp.so" >"$WORK/a/plugstack.conf.d/ddp.conf"
+echo "optional $WORK/a/plugins/spank_pyxis.so" >"$WORK/a/plugstack.conf.d/zzz-pyxis.conf"
+install_into "$WORK/a" port_range=21000-21999 >"$WORK/upgrade.log"
+[ ! -e "$WORK/a/plugstack.conf.d/ddp.conf" ] || fail "the old ddp.conf was left beside zz-ddp.conf"
+grep -q "warning: $WORK/a/plugstack.conf.d/zzz-pyxis.conf loads pyxis after zz-ddp.conf" "$WORK/upgrade.log" ||
+  fail "a pyxis snippet after zz-ddp.conf was not named: $(cat "$WORK/upgrade.log")"
+rm "$WORK/a/plugstack.conf.d/zzz-pyxis.conf"
 
 # 3. No include line: exactly one ddp.so line in plugstack.conf, updated in place.
 write_conf "$WORK/b"
