@@ -90,9 +90,9 @@ void refuse_container_without_task_env() {
   std::snprintf(series, sizeof series, "%d.%02d", SLURM_VERSION_MAJOR(SLURM_VERSION_NUMBER),
                 SLURM_VERSION_MINOR(SLURM_VERSION_NUMBER));
   refuse(std::string("--container on Slurm ") + series +
-                   " writes the container's environment before any task starts, so RANK, LOCAL_RANK and the rest of "
-                   "what srun --ddp sets per task cannot reach it (Slurm 23.02 and later pass them); start the "
-                   "tasks with ch-run, apptainer or pyxis instead, or leave out --ddp");
+         " writes the container's environment before any task starts, so RANK, LOCAL_RANK and the rest of "
+         "what srun --ddp sets per task cannot reach it (Slurm 23.02 and later pass them); start the "
+         "tasks with ch-run, apptainer or pyxis instead, or leave out --ddp");
 #endif
 }
 

@@ -90,6 +90,11 @@ spank_err_t spank_setenv(spank_t, const char* name, const char* value, int) {
   host.env[name] = value;
   return static_cast<spank_err_t>(ESPANK_SUCCESS);
 }
+
+// No other plugin's option (pyxis's --container-image) is in use here.
+spank_err_t spank_option_getopt(spank_t, struct spank_option*, char**) {
+  return static_cast<spank_err_t>(ESPANK_ERROR);
+}
 }
 
 namespace {
@@ -124,6 +129,7 @@ struct Plugin {
   void* handle = dlopen(DDP_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
 
   int call(const char* callback, std::vector<std::string> args = {}) const {
+    if (handle == nullptr) throw std::runtime_error(std::string("cannot load ddp.so: ") + dlerror());
     const auto function = reinterpret_cast<Callback>(dlsym(handle, callback));
     if (function == nullptr) throw std::runtime_error(std::string("no ") + callback + ": " + dlerror());
     std::vector<char*> argv;
