@@ -13,16 +13,16 @@
 #include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/store_auth.hpp"
 #include "netif.hpp"
+#include "test_common.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
 namespace {
 
+using ddp::testing::contains;
 using testing::ddp_train;
 
 constexpr char kJobKey[] = "0123456789abcdef0123456789abcdef";
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // RFC 2202's test cases for HMAC-SHA1: short key, key shorter than the data, key longer than a block.
 TEST(StoreAuth, HmacSha1MatchesRfc2202) {
