@@ -37,6 +37,25 @@ std::string mode_text(mode_t mode) {
   return text;
 }
 
+// Whether `uid` stands for root here: root itself, or, in a user namespace that does not map the node's root, the
+// overflow uid every unmapped owner shows (snapshot_dir.hpp). Read each time: a process may unshare.
+bool stands_for_root(uid_t uid) {
+  if (uid == 0) return true;
+  std::FILE* map = std::fopen("/proc/self/uid_map", "re");
+  if (map == nullptr) return false;
+  unsigned long inside = 0, outside = 0, count = 0;
+  bool maps_root = false;
+  while (std::fscanf(map, "%lu %lu %lu", &inside, &outside, &count) == 3) maps_root |= outside == 0 && count > 0;
+  std::fclose(map);
+  if (maps_root) return false;
+  unsigned long overflow = 65534;
+  if (std::FILE* file = std::fopen("/proc/sys/kernel/overflowuid", "re")) {
+    if (std::fscanf(file, "%lu", &overflow) != 1) overflow = 65534;
+    std::fclose(file);
+  }
+  return uid == overflow;
+}
+
 // One walk under the rules of snapshot_dir.hpp; every refusal names the path and ends with the rules' fix.
 class DirWalk {
  public:
@@ -54,7 +73,7 @@ class DirWalk {
   // A component above the directory that someone else owns, or that others may write without the sticky bit,
   // lets them move the directory away and put another in its place.
   void check_ancestor(const struct stat& info, const std::string& component) const {
-    if (info.st_uid != 0 && info.st_uid != owner_ && info.st_uid != geteuid()) {
+    if (info.st_uid != owner_ && info.st_uid != geteuid() && !stands_for_root(info.st_uid)) {
       fail("lies in " + quote(component) + ", which uid " + std::to_string(info.st_uid) +
            " owns: its owner could replace the " + rules_.noun);
     }

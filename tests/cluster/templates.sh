@@ -21,14 +21,16 @@ jobs[multi-node]=$(submit_template multi-node.sbatch "$TEST_DIR/multi-node" EPOC
 jobs[p4d-efa]=$(submit_template parallelcluster/p4d-efa.sbatch "$TEST_DIR/p4d-efa" EPOCHS=3 SAVE_EVERY=1 \
   TASKS_PER_NODE=2 TRAIN_ARGS="--width 64" -- --partition=ddp --gpus-per-node=2 --ntasks-per-node=2 --cpus-per-task=2 \
   --ddp=gloo)
-# The container template with ch-run, where the job user may make user namespaces (Charliecloud needs them).
+# The container template with ch-run, where the job user may make user namespaces (Charliecloud needs them). Without
+# GPUs (DEVICE=cpu): ddp-doctor runs first, and its gpu.visible rightly fails the test cluster's GPUs, which are
+# device files with no GPU behind them.
 with_container=0
 if command -v ch-run >/dev/null && on_node node1 --user unshare --user true >/dev/null 2>&1; then
   with_container=1
   doctor=$(stage "$DDP_BUILD_DIR/src/doctor/ddp-doctor")
   jobs[multi-node-container]=$(submit_template multi-node-container.sbatch "$TEST_DIR/multi-node-container" EPOCHS=3 \
     SAVE_EVERY=1 RUNTIME=charliecloud IMAGE="$DDP_CLUSTER_IMAGE" SNAPSHOT_ROOT="$TEST_DIR/multi-node-container" \
-    PREFLIGHT=1 DDP_DOCTOR="$doctor" -- --cpus-per-task=2)
+    PREFLIGHT=1 DDP_DOCTOR="$doctor" DEVICE=cpu -- --gpus-per-node=0 --cpus-per-task=2)
 else
   echo "templates: multi-node-container.sbatch not run: no ch-run, or no user namespaces for $DDP_CLUSTER_USER"
 fi

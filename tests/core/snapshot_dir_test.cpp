@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -231,6 +232,46 @@ TEST_F(SnapshotDirTest, AParentOthersControlIsRefusedWithOneLineNamingIt) {
     });
     EXPECT_EQ(held, 0) << parent.name;
   }
+}
+
+// In a rootless container (ch-run, Apptainer, enroot) the node's root is not mapped, and its directories (/, /tmp)
+// show the overflow uid 65534 there: they count as root's, or no snapshot directory could be used inside. Outside
+// such a namespace, a parent that uid 65534 really owns is another user's, as any other.
+TEST_F(SnapshotDirTest, TheOverflowUidCountsAsRootOnlyInAUserNamespaceWithoutRoot) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as two users";
+  constexpr uid_t kUser = 65531;
+  ASSERT_EQ(chmod(root_.c_str(), 0755), 0);
+  const std::string nobodys = root_ + "/nobodys";
+  const std::string home = root_ + "/home";
+  for (const auto& [path, owner] : {std::pair{nobodys, kVictim}, std::pair{home, kUser}}) {
+    ASSERT_EQ(mkdir(path.c_str(), 0755), 0);
+    ASSERT_EQ(chown(path.c_str(), owner, owner), 0);
+  }
+  ASSERT_EQ(as_user(kUser,
+                    [&] {
+                      return error_of([&] {
+                               prepare_snapshot_dir(nobodys + "/snap", kOption, kDeadline);
+                             }).find("lies in '" + nobodys + "', which uid 65534 owns") != std::string::npos;
+                    }),
+            0);
+  const int held = as_user(kUser, [&] {
+    if (unshare(CLONE_NEWUSER) != 0) _exit(77);
+    prctl(PR_SET_DUMPABLE, 1);  // cleared by the switch from root: /proc/self would stay root's, its maps unwritable
+    const std::string map = std::to_string(kUser) + " " + std::to_string(kUser) + " 1\n";
+    for (const auto& [file, text] : {std::pair{"/proc/self/setgroups", std::string("deny")},
+                                     std::pair{"/proc/self/uid_map", map}, std::pair{"/proc/self/gid_map", map}}) {
+      std::FILE* out = std::fopen(file, "w");
+      if (out == nullptr || std::fputs(text.c_str(), out) < 0 || std::fclose(out) != 0) return false;
+    }
+    struct stat top = {};
+    if (stat(root_.c_str(), &top) != 0 || top.st_uid != 65534) return false;  // root's, as the container shows it
+    const std::string message = error_of([&] { prepare_snapshot_dir(home + "/snap", kOption, kDeadline); });
+    if (!message.empty()) std::fprintf(stderr, "in the user namespace: %s\n", message.c_str());
+    return message.empty();
+  });
+  if (held == 77) GTEST_SKIP() << "no user namespaces here (unshare(CLONE_NEWUSER) refused)";
+  EXPECT_EQ(held, 0);
+  EXPECT_TRUE(fs::is_directory(home + "/snap"));
 }
 
 TEST_F(SnapshotDirTest, ChecksAsTheUserNotAsRoot) {
