@@ -214,7 +214,7 @@ in_root() {  # STACK CMD...: CMD in the stack's root, isolated from the network 
 #   prepare   the roots and the CUDA LibTorch from the network, one after another;
 #   build     every build, one after another: this machine's first, at normal priority, since the first suite waits
 #             for it; then, at the lowest CPU priority (an idle CPU cgroup, else nice 19 in a session of its own),
-#             the sanitizer leg's, each root's and the NCCL leg's;
+#             each root's (their suites are the longest), the sanitizer leg's and the NCCL leg's;
 #   test      this shell: each suite as soon as its build is ready, at normal priority, so that a build never eats
 #             into a test's deadlines; at most DDP_TEST_LANES suites at once (2: a suite mostly waits).
 # Each lane marks what it finished in a state directory (NAME.ok or NAME.failed); the build and prepare lanes'
@@ -271,7 +271,7 @@ build_lane() {  # STATE
   local state=$1 s
   mark "$state" "build-$(host_stack)" build
   lowest_cpu_priority
-  mark "$state" build-sanitizer sanitizer_build
+  # The stacks first: their suites are the longest, and the sanitizer's takes a minute.
   for s in "${STACKS[@]}"; do
     [ "$s" != "$(host_stack)" ] || continue
     if wait_for_mark "$state" "prepare-$s" >/dev/null; then
@@ -280,6 +280,7 @@ build_lane() {  # STATE
       touch "$state/build-$s.failed"
     fi
   done
+  mark "$state" build-sanitizer sanitizer_build
   if wait_for_mark "$state" prepare-cuda >/dev/null; then
     mark "$state" build-nccl in_root debian13 ./run.sh __nccl_build
   else
@@ -298,8 +299,8 @@ plan_suites() {  # CTEST ARGS...
     SUITE_RUN[$s]="in_root $s ./run.sh __test $(printf '%q ' "$@")"
   done
   [ $# -eq 0 ] || return 0
-  # With the whole suite only: the sanitizer leg, whose build is ready first, and the NCCL leg, ready last.
-  SUITE_ORDER=("${SUITE_ORDER[0]}" sanitizer "${SUITE_ORDER[@]:1}" nccl)
+  # With the whole suite only: the sanitizer leg and the NCCL leg, built in this order after the stacks.
+  SUITE_ORDER+=(sanitizer nccl)
   SUITE_RUN[sanitizer]="sanitizer_tests"
   SUITE_RUN[nccl]="in_root debian13 ./run.sh __nccl_test"
 }

@@ -37,23 +37,27 @@ std::string mode_text(mode_t mode) {
   return text;
 }
 
-// Whether `uid` stands for root here: root itself, or, in a user namespace that does not map the node's root, the
-// overflow uid every unmapped owner shows (snapshot_dir.hpp). Read each time: a process may unshare.
+// Whether `uid` stands for root here: root itself, or, in a user namespace, the overflow uid that every owner it does
+// not map shows, root's directories among them, unless that uid is itself mapped (snapshot_dir.hpp). Only the
+// inside ids of uid_map are compared: its outside ids belong to the parent namespace, which may be nested too.
+// Read each time: a process may unshare.
 bool stands_for_root(uid_t uid) {
   if (uid == 0) return true;
-  std::FILE* map = std::fopen("/proc/self/uid_map", "re");
-  if (map == nullptr) return false;
-  unsigned long inside = 0, outside = 0, count = 0;
-  bool maps_root = false;
-  while (std::fscanf(map, "%lu %lu %lu", &inside, &outside, &count) == 3) maps_root |= outside == 0 && count > 0;
-  std::fclose(map);
-  if (maps_root) return false;
   unsigned long overflow = 65534;
   if (std::FILE* file = std::fopen("/proc/sys/kernel/overflowuid", "re")) {
     if (std::fscanf(file, "%lu", &overflow) != 1) overflow = 65534;
     std::fclose(file);
   }
-  return uid == overflow;
+  if (uid != overflow) return false;
+  std::FILE* map = std::fopen("/proc/self/uid_map", "re");
+  if (map == nullptr) return false;
+  unsigned long inside = 0, outside = 0, count = 0;
+  bool mapped = false;
+  while (std::fscanf(map, "%lu %lu %lu", &inside, &outside, &count) == 3) {
+    mapped |= overflow >= inside && overflow - inside < count;
+  }
+  std::fclose(map);
+  return !mapped;
 }
 
 // One walk under the rules of snapshot_dir.hpp; every refusal names the path and ends with the rules' fix.

@@ -10,10 +10,10 @@
 //     and writable by nobody else (no group or other write bit);
 //   - every existing component above it is owned by root or by the user, and one that its group or everyone may
 //     write has the sticky bit (as /tmp): else its owner, or anyone who may write it, could move the directory
-//     away and put their own in its place. In a user namespace that does not map the node's root (rootless
-//     containers: ch-run, Apptainer without setuid, enroot), root's directories, like every owner the namespace
-//     cannot name, show the kernel's overflow uid (65534): there that uid counts as root, since no process inside
-//     can tell them apart; ddp.so has checked the same path in the node's view, or in the container's after pyxis.
+//     away and put their own in its place. In a user namespace every owner it does not map shows the kernel's
+//     overflow uid (65534), the node's root too in rootless containers (ch-run, Apptainer without setuid, enroot):
+//     where that uid is not itself mapped it counts as root, since no process inside can tell root from the others;
+//     ddp.so has checked the same path in the node's view (or, after pyxis, the container's).
 // The runtime then reaches the files inside through the directory's descriptor (openat), never by path again,
 // so a component renamed or replaced after the check does not redirect a running job. The same rules hold for
 // the step's log directory (step_logs.hpp), where PyTorch writes error reports by path.
