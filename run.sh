@@ -321,23 +321,33 @@ run_suites() {  # STATE
     fi
     while [ "${#running[@]}" -ge "$lanes" ]; do reap_suite "$state"; done
     echo "run.sh: ===== suite $name: started at $((SECONDS - PIPELINE_T0)) s ====="
-    ( eval "${SUITE_RUN[$name]}" ) >"$state/suite-$name.log" 2>&1 &
+    (
+      rc=0
+      (eval "${SUITE_RUN[$name]}") || rc=$?
+      echo "$rc" >"$state/suite-$name.rc"
+    ) >"$state/suite-$name.log" 2>&1 &
     pid_of[$name]=$!
     running+=("$name")
   done
   while [ "${#running[@]}" -gt 0 ]; do reap_suite "$state"; done
 }
 
-# Waits for one running suite to end, prints its output and drops it from `running` (run_suites' locals).
+# Waits for one running suite to end, prints its output and drops it from `running` (run_suites' locals). Each
+# suite leaves its exit status in the state directory: `wait -n` missed suites that had ended while this shell
+# waited for a build (seen: a free lane held until the other suite ended).
 reap_suite() {  # STATE
   local state=$1 name rc=0 ended=() still=()
-  wait -n "${pid_of[@]}" 2>/dev/null || true
-  for name in "${running[@]}"; do
-    if kill -0 "${pid_of[$name]}" 2>/dev/null; then still+=("$name"); else ended+=("$name"); fi
+  while :; do
+    for name in "${running[@]}"; do
+      if [ -e "$state/suite-$name.rc" ]; then ended+=("$name"); else still+=("$name"); fi
+    done
+    [ ${#ended[@]} -eq 0 ] || break
+    still=()
+    sleep 2
   done
   for name in "${ended[@]}"; do
-    rc=0
-    wait "${pid_of[$name]}" || rc=$?
+    wait "${pid_of[$name]}" 2>/dev/null || true
+    rc=$(cat "$state/suite-$name.rc")
     unset "pid_of[$name]"
     echo "run.sh: ===== suite $name ====="
     cat "$state/suite-$name.log"
