@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 
 #include "error.hpp"
 #include "unique_fd.hpp"
@@ -94,6 +95,20 @@ ChildOutcome run_in_child(const std::function<std::string()>& body, std::chrono:
     outcome.death = death_of(status);
   }
   return outcome;
+}
+
+ChildOutcome check_in_child(const std::function<void()>& check, std::chrono::milliseconds deadline,
+                            const std::string& what) {
+  return run_in_child(
+      [&]() -> std::string {
+        try {
+          check();
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+        return "";
+      },
+      deadline, 4096, what);
 }
 
 std::string seconds_text(std::chrono::milliseconds duration) {

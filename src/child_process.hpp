@@ -26,6 +26,11 @@ struct ChildOutcome {
 ChildOutcome run_in_child(const std::function<std::string()>& body, std::chrono::milliseconds deadline,
                           std::size_t max_answer, const std::string& what);
 
+// A check that throws what it finds wrong, run as run_in_child runs `body`: the answer is the message of what it
+// threw (4096 bytes at most), or "" when it returned.
+ChildOutcome check_in_child(const std::function<void()>& check, std::chrono::milliseconds deadline,
+                            const std::string& what);
+
 // "1.5 s", "30 s": a deadline as messages name it.
 std::string seconds_text(std::chrono::milliseconds duration);
 

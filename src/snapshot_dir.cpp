@@ -228,20 +228,15 @@ SnapshotDir SnapshotDir::open(const std::string& path, const std::string& option
 
 void prepare_snapshot_dir(const std::string& path, const std::string& option, std::chrono::milliseconds deadline,
                           const ContainerView* container) {
-  const ChildOutcome outcome = run_in_child(
-      [&]() -> std::string {
-        try {
-          if (container != nullptr) {
-            require_node_file_system(path, "snapshot directory", container->node_devices, this_mount_view().mounts,
-                                     container->mount_option);
-          }
-          SnapshotDir::open(path, option);
-        } catch (const std::exception& e) {
-          return e.what();
+  const ChildOutcome outcome = check_in_child(
+      [&] {
+        if (container != nullptr) {
+          require_node_file_system(path, "snapshot directory", container->node_devices, this_mount_view().mounts,
+                                   container->mount_option);
         }
-        return "";
+        SnapshotDir::open(path, option);
       },
-      deadline, 4096, "cannot check the snapshot directory");
+      deadline, "cannot check the snapshot directory");
   if (outcome.end == ChildOutcome::End::TimedOut) {
     throw Error("snapshot directory " + quote(path) + " did not answer within " + seconds_text(deadline) +
                 ": its file system hangs on this node; check the mount, or use another directory (" + option + ")");

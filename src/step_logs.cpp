@@ -139,16 +139,8 @@ void prepare_step_log_dir(const std::string& base, const std::string& run_id, st
     throw Error("log directory " + quote(dir) + " is not an absolute path; export " + kLogDirVariable +
                 "=<a directory of your own on shared storage>");
   }
-  const ChildOutcome outcome = run_in_child(
-      [&]() -> std::string {
-        try {
-          open_step_log_dir(base, run_id, true);
-        } catch (const std::exception& e) {
-          return e.what();
-        }
-        return "";
-      },
-      deadline, 4096, "cannot check the log directory");
+  const ChildOutcome outcome =
+      check_in_child([&] { open_step_log_dir(base, run_id, true); }, deadline, "cannot check the log directory");
   if (outcome.end == ChildOutcome::End::TimedOut) {
     throw Error("log directory " + quote(dir) + " did not answer within " + seconds_text(deadline) +
                 ": its file system hangs on this node; export " + kLogDirVariable +
