@@ -17,21 +17,21 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$PWD
 
-# The same names in bookworm and trixie (libclang-rt-dev is clang's default runtime there, 14 and 19).
+# The same names in bookworm and trixie (libclang-rt-dev is clang's default runtime there, 14 and 19). runc and
+# charliecloud-runtime (ch-run) are the container runtimes the cluster tests start (tests/cluster/containers.sh).
 PACKAGES=(
   cmake ninja-build g++ clang libclang-rt-dev pkg-config
   libslurm-dev slurmctld slurmd slurm-client munge
   libhwloc-dev hwloc
   libopenmpi-dev openmpi-bin
   libtorch-dev libgloo-dev libopenblas0-pthread python3-torch
-  libgtest-dev nlohmann-json3-dev
+  libgtest-dev nlohmann-json3-dev nettle-dev
   iproute2 procps psmisc util-linux e2fsprogs shellcheck python3-yaml clang-format
-  file dpkg-dev bc
+  file dpkg-dev bc debootstrap
+  runc charliecloud-runtime
 )
 declare -A RELEASE_OF=([debian12]=bookworm [debian13]=trixie [debian14]=forky)
-# The stacks `test` runs one after another. Debian 14's is run with --stack debian14: with it, the whole test ran
-# past CI's 90 minutes on 2 cores one after another, and its cluster tests failed on time-outs with the stacks at once.
-STACKS=(debian12 debian13)
+STACKS=(debian12 debian13 debian14)
 
 install_packages() {
   local missing=()
@@ -67,13 +67,15 @@ build() {
   dir=$(build_dir "$stack")
   [ "$stack" != debian14 ] || standard=20
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_FUZZ="$(on_the_host)" \
-    -DDDP_TEST_SCALE="$(on_the_host)" -DDDP_TEST_GPU_CHECK="$([ "$stack" = debian13 ] && echo ON || echo OFF)" \
-    -DCMAKE_CXX_STANDARD=$standard >/dev/null
+    -DDDP_TEST_SCALE="$(on_the_host)" -DDDP_TEST_INSTALL_SCRIPT="$(on_the_host)" \
+    -DDDP_TEST_GPU_CHECK="$([ "$stack" = debian13 ] && echo ON || echo OFF)" \
+    -DDDP_UNITY_BUILD=ON -DCMAKE_CXX_STANDARD=$standard >/dev/null
   cmake --build "$dir" -j "$(nproc)"
 }
 
 # What does not depend on the stack runs once, on this machine's: the fuzz targets (the core's parsers, which use
-# no library of the stack), the sanitizer leg and the 32-node scale test. ON here, OFF in a root.
+# no library of the stack), the sanitizer leg, the 32-node scale test and the head-node install script's own build
+# of the plugin. ON here, OFF in a root.
 on_the_host() { if [ -z "${DDP_IN_ROOT:-}" ]; then echo ON; else echo OFF; fi; }
 
 run_tests() {
@@ -84,14 +86,18 @@ run_tests() {
 # ---- Sanitizer leg: the unit tests that need no LibTorch (core, topology, launch, doctor with
 # its CLI tests) built again with AddressSanitizer and UndefinedBehaviorSanitizer in BUILD-sanitize; any finding
 # stops the program and fails its test. LibTorch's code is not instrumented, so the runtime's tests stay out.
-sanitizer_leg() {
+sanitizer_leg() { sanitizer_build && sanitizer_tests; }
+sanitizer_build_dir() { echo "$(build_dir "$(host_stack)")-sanitize"; }
+sanitizer_build() {
   local dir
-  dir=$(build_dir "$(host_stack)")-sanitize
+  dir=$(sanitizer_build_dir)
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=ON -DDDP_BUILD_RUNTIME=OFF \
     -DDDP_BUILD_PLUGIN=OFF >/dev/null &&
     cmake --build "$dir" -j "$(nproc)" --target core_tests topology_tests launch_tests doctor_tests ddp-doctor \
-      ddp-topo ddp-test-port fake_nvml &&
-    ctest --test-dir "$dir" --output-on-failure -j 1 -R '^(core|topology|launch|doctor)\.'
+      ddp-topo ddp-test-port fake_nvml
+}
+sanitizer_tests() {
+  ctest --test-dir "$(sanitizer_build_dir)" --output-on-failure -j 1 -R '^(core|topology|launch|doctor)\.'
 }
 # ---- end of the sanitizer leg
 
@@ -110,7 +116,7 @@ nccl_build() {
   # In the cache too, so that a later regeneration without this environment finds the same LibTorch.
   # shellcheck disable=SC2154  # Torch_DIR comes from the eval
   log=$(cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_STANDARD=20 -DDDP_FUZZ=OFF \
-    -DDDP_BUILD_PLUGIN=OFF -DTorch_DIR="$Torch_DIR" -DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH" \
+    -DDDP_UNITY_BUILD=ON -DDDP_BUILD_PLUGIN=OFF -DTorch_DIR="$Torch_DIR" -DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH" \
     -DCMAKE_PROJECT_INCLUDE="$ROOT/tests/stacks/cuda_libtorch.cmake" 2>&1) ||
     { echo "$log"; return 1; }
   grep -q 'NCCL backend enabled' <<<"$log" ||
@@ -183,12 +189,199 @@ test_stack() {
     [ $# -gt 0 ] || [ "$(on_the_host)" = OFF ] || sanitizer_leg || status=$?
   else
     release=${RELEASE_OF[$stack]}
-    "$ROOT/tests/stacks/root.sh" create "$release" >/dev/null
-    "$ROOT/tests/stacks/root.sh" run "$release" -- ./run.sh __install
-    "$ROOT/tests/stacks/root.sh" run "$release" --isolated -- ./run.sh test --stack "$stack" "$@" || status=$?
+    prepare_root "$stack"
+    in_root "$stack" ./run.sh test --stack "$stack" "$@" || status=$?
   fi
   # With Debian 13's whole suite, started from the host (inside the root, the caller outside runs it).
   if [ "$stack" = debian13 ] && [ $# -eq 0 ] && [ -z "${DDP_IN_ROOT:-}" ]; then nccl_leg || status=$?; fi
+  return "$status"
+}
+
+prepare_root() {  # STACK: the root made once (debootstrap) and the packages installed, with the network
+  local release=${RELEASE_OF[$1]}
+  "$ROOT/tests/stacks/root.sh" create "$release" >/dev/null && "$ROOT/tests/stacks/root.sh" run "$release" -- ./run.sh __install
+}
+
+in_root() {  # STACK CMD...: CMD in the stack's root, isolated from the network (this machine's stack: here)
+  local stack=$1
+  shift
+  if [ "$stack" = "$(host_stack)" ]; then "$@"; else "$ROOT/tests/stacks/root.sh" run "${RELEASE_OF[$stack]}" --isolated -- "$@"; fi
+}
+
+# ---- The whole test of every stack, as a pipeline. On CI's 2 cores the builds compute while the suites mostly wait
+# (daemons, ranks, time-outs): one after another, three stacks, the NCCL leg and the sanitizer leg take far longer
+# than the same work overlapped. Three lanes:
+#   prepare   the roots and the CUDA LibTorch from the network, one after another;
+#   build     every build, one after another: this machine's first, at normal priority, since the first suite waits
+#             for it; then, at the lowest CPU priority (an idle CPU cgroup, else nice 19 in a session of its own),
+#             each root's (their suites are the longest), the sanitizer leg's and the NCCL leg's;
+#   test      this shell: each suite as soon as its build is ready, at normal priority, so that a build never eats
+#             into a test's deadlines; at most DDP_TEST_LANES suites at once (2: a suite mostly waits).
+# Each lane marks what it finished in a state directory (NAME.ok or NAME.failed); the build and prepare lanes'
+# output is printed as each build or root ends.
+readonly LOW_CPU_CGROUP=/sys/fs/cgroup/cpu/slurm-ddp-builds
+
+# Moves this shell, and whatever it starts, to the lowest CPU priority.
+lowest_cpu_priority() {
+  if mkdir -p "$LOW_CPU_CGROUP" 2>/dev/null && echo 1 >"$LOW_CPU_CGROUP/cpu.idle" 2>/dev/null &&
+    echo "$BASHPID" >"$LOW_CPU_CGROUP/cgroup.procs" 2>/dev/null; then
+    echo "run.sh: builds after the first run in the idle CPU cgroup $LOW_CPU_CGROUP"
+    return 0
+  fi
+  # A session of its own is an autogroup of its own: nice it as a whole, else its processes share the CPU with the
+  # tests' sessions as equals whatever their nice value.
+  echo 19 >"/proc/$BASHPID/autogroup" 2>/dev/null || true
+  renice -n 19 -p "$BASHPID" >/dev/null || true
+  echo "run.sh: no idle CPU cgroup here; builds after the first run at nice 19"
+}
+
+mark() {  # STATE NAME COMMAND...: runs COMMAND, then marks NAME ok or failed
+  local state=$1 name=$2 t0=$SECONDS
+  shift 2
+  if "$@" >"$state/$name.log" 2>&1; then
+    echo "run.sh: $name ready in $((SECONDS - t0)) s" >>"$state/$name.log"
+    touch "$state/$name.ok"
+  else
+    echo "run.sh: $name FAILED after $((SECONDS - t0)) s" >>"$state/$name.log"
+    touch "$state/$name.failed"
+  fi
+}
+
+wait_for_mark() {  # STATE NAME: 0 once NAME is ok, 1 once it failed (its log printed)
+  local state=$1 name=$2
+  until [ -e "$state/$name.ok" ] || [ -e "$state/$name.failed" ]; do sleep 2; done
+  if [ -e "$state/$name.ok" ]; then tail -n 1 "$state/$name.log"; return 0; fi
+  cat "$state/$name.log"
+  return 1
+}
+
+prepare_lane() {  # STATE
+  local state=$1 s
+  for s in "${STACKS[@]}"; do [ "$s" = "$(host_stack)" ] || mark "$state" "prepare-$s" prepare_root "$s"; done
+  mark "$state" prepare-cuda in_root_online debian13 tests/stacks/cuda_libtorch.sh fetch
+}
+
+in_root_online() {  # STACK CMD...: as in_root, with the network (downloads)
+  local stack=$1
+  shift
+  if [ "$stack" = "$(host_stack)" ]; then "$@"; else "$ROOT/tests/stacks/root.sh" run "${RELEASE_OF[$stack]}" -- "$@"; fi
+}
+
+build_lane() {  # STATE
+  local state=$1 s
+  mark "$state" "build-$(host_stack)" build
+  lowest_cpu_priority
+  # The stacks first: their suites are the longest, and the sanitizer's takes a minute.
+  for s in "${STACKS[@]}"; do
+    [ "$s" != "$(host_stack)" ] || continue
+    if wait_for_mark "$state" "prepare-$s" >/dev/null; then
+      mark "$state" "build-$s" in_root "$s" ./run.sh __build
+    else
+      touch "$state/build-$s.failed"
+    fi
+  done
+  mark "$state" build-sanitizer sanitizer_build
+  if wait_for_mark "$state" prepare-cuda >/dev/null; then
+    mark "$state" build-nccl in_root debian13 ./run.sh __nccl_build
+  else
+    touch "$state/build-nccl.failed"
+  fi
+}
+
+# The suites of the pipeline, each once its build is ready: NAME and the command that runs it.
+declare -A SUITE_RUN=()
+SUITE_ORDER=()
+plan_suites() {  # CTEST ARGS...
+  local s
+  for s in "$(host_stack)" "${STACKS[@]}"; do
+    [ -z "${SUITE_RUN[$s]+x}" ] || continue
+    SUITE_ORDER+=("$s")
+    SUITE_RUN[$s]="in_root $s ./run.sh __test $(printf '%q ' "$@")"
+  done
+  [ $# -eq 0 ] || return 0
+  # With the whole suite only: the sanitizer leg and the NCCL leg, built in this order after the stacks.
+  SUITE_ORDER+=(sanitizer nccl)
+  SUITE_RUN[sanitizer]="sanitizer_tests"
+  SUITE_RUN[nccl]="in_root debian13 ./run.sh __nccl_test"
+}
+
+build_of() { case $1 in sanitizer) echo build-sanitizer ;; nccl) echo build-nccl ;; *) echo "build-$1" ;; esac; }
+
+# Runs the suites, at most DDP_TEST_LANES at once; each one's output is printed whole when it ends.
+# Sets SUITES_FAILED.
+SUITES_FAILED=()
+run_suites() {  # STATE
+  local state=$1 lanes=${DDP_TEST_LANES:-2} name running=()
+  local -A pid_of=()
+  for name in "${SUITE_ORDER[@]}"; do
+    if ! wait_for_mark "$state" "$(build_of "$name")"; then
+      echo "run.sh: suite $name not run: its build failed"
+      SUITES_FAILED+=("$name")
+      continue
+    fi
+    while [ "${#running[@]}" -ge "$lanes" ]; do reap_suite "$state"; done
+    echo "run.sh: ===== suite $name: started at $((SECONDS - PIPELINE_T0)) s ====="
+    (
+      rc=0
+      (eval "${SUITE_RUN[$name]}") || rc=$?
+      echo "$rc" >"$state/suite-$name.rc"
+    ) >"$state/suite-$name.log" 2>&1 &
+    pid_of[$name]=$!
+    running+=("$name")
+  done
+  while [ "${#running[@]}" -gt 0 ]; do reap_suite "$state"; done
+}
+
+# Waits for one running suite to end, prints its output and drops it from `running` (run_suites' locals). Each
+# suite leaves its exit status in the state directory: `wait -n` missed suites that had ended while this shell
+# waited for a build (seen: a free lane held until the other suite ended).
+reap_suite() {  # STATE
+  local state=$1 name rc=0 ended=() still=()
+  while :; do
+    for name in "${running[@]}"; do
+      if [ -e "$state/suite-$name.rc" ]; then ended+=("$name"); else still+=("$name"); fi
+    done
+    [ ${#ended[@]} -eq 0 ] || break
+    still=()
+    sleep 2
+  done
+  for name in "${ended[@]}"; do
+    wait "${pid_of[$name]}" 2>/dev/null || true
+    rc=$(cat "$state/suite-$name.rc")
+    unset "pid_of[$name]"
+    echo "run.sh: ===== suite $name ====="
+    cat "$state/suite-$name.log"
+    if [ "$rc" = 0 ]; then
+      echo "run.sh: suite $name passed (ended at $((SECONDS - PIPELINE_T0)) s)"
+    else
+      echo "run.sh: suite $name FAILED with status $rc (ended at $((SECONDS - PIPELINE_T0)) s)"
+      SUITES_FAILED+=("$name")
+    fi
+  done
+  running=("${still[@]}")
+}
+
+run_pipeline() {  # CTEST ARGS...
+  local state prepare_pid build_pid status=0
+  PIPELINE_T0=$SECONDS
+  state=$(mktemp -d /tmp/ddp-pipeline.XXXXXX)
+  install_packages
+  setsid "$ROOT/run.sh" __prepare_lane "$state" &
+  prepare_pid=$!
+  setsid "$ROOT/run.sh" __build_lane "$state" &
+  build_pid=$!
+  # shellcheck disable=SC2064  # the pids are known now
+  # `|| true`: after a whole run the lanes have ended and kill finds no group; set -e holds in the trap, and a
+  # failed kill there made the run exit 1 after every suite had passed.
+  trap "kill -- -$build_pid -$prepare_pid 2>/dev/null || true; rm -rf $(printf %q "$state")" EXIT
+  plan_suites "$@"
+  run_suites "$state"
+  wait "$prepare_pid" "$build_pid" || true
+  for log in "$state"/prepare-*.log "$state"/build-*.log; do
+    if [ -e "$log" ]; then tail -n 1 "$log"; fi
+  done
+  rmdir "$LOW_CPU_CGROUP" 2>/dev/null || true
+  [ ${#SUITES_FAILED[@]} -eq 0 ] || status=1
   return "$status"
 }
 
@@ -200,7 +393,8 @@ cmd_test() {
     shift 2
   fi
   [ -n "$(host_stack)" ] || { echo "run.sh: this machine runs none of Debian 12, 13 and 14; the stacks need one of them" >&2; exit 2; }
-  for s in "${chosen[@]}"; do
+  if [ ${#chosen[@]} -eq 1 ]; then
+    s=${chosen[0]}
     t0=$SECONDS
     echo "run.sh: ===== stack $s (Debian ${RELEASE_OF[$s]}) ====="
     if test_stack "$s" "$@"; then
@@ -209,7 +403,9 @@ cmd_test() {
       echo "run.sh: stack $s FAILED after $((SECONDS - t0)) s"
       failed+=("$s")
     fi
-  done
+  else
+    run_pipeline "$@" || failed+=("${SUITES_FAILED[@]}")
+  fi
   [ ${#failed[@]} -eq 0 ] || { echo "run.sh: failed on: ${failed[*]}" >&2; exit 1; }
   # Every stack passed its suite: their snapshots must also resume on each other (the whole suite only).
   if [ ${#chosen[@]} -eq ${#STACKS[@]} ] && [ $# -eq 0 ]; then
@@ -218,6 +414,7 @@ cmd_test() {
     "$ROOT/tests/stacks/cross_stack.sh" "$(build_dir "$(host_stack)")" "${roots[@]}" ||
       { echo "run.sh: snapshots do not move among the stacks" >&2; exit 1; }
   fi
+  echo "run.sh: every stack passed in $SECONDS s"
 }
 
 case "${1:-demo}" in
@@ -227,5 +424,12 @@ case "${1:-demo}" in
   nccl) shift; nccl_leg "$@" ;;
   __install) install_packages ;;  # inside a root, with the host's network (test_stack)
   __nccl) shift; nccl_build && nccl_configure_checks && nccl_tests "$@" ;;  # inside the trixie root, or on Debian 13 (nccl_leg)
+  # The pipeline's parts (run_pipeline), inside a root or here.
+  __prepare_lane) prepare_lane "$2" ;;
+  __build_lane) build_lane "$2" ;;
+  __build) build ;;
+  __test) shift; run_tests "$@" ;;
+  __nccl_build) nccl_build && nccl_configure_checks ;;
+  __nccl_test) shift; nccl_tests "$@" ;;
   *) echo "usage: $0 [demo|test [--stack debian12|debian13|debian14] [CTEST ARGS]|setup|nccl [CTEST ARGS]]" >&2; exit 2 ;;
 esac

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "binding.hpp"
@@ -59,8 +60,16 @@ int main(int argc, char** argv) {
   const double load_this_system_us =
       microseconds_per_call(20, [&](int) { sink += ddp::load_this_system().cores.size(); });
   // What the plugin reads after the first step of a boot: the per-boot export (topology_cache.hpp).
-  const std::string exported = "/tmp/topology_bench." + std::to_string(getpid()) + ".xml";
-  ddp::export_system_topology(exported);
+  // A file of its own (mkstemp): a fixed name in /tmp could be a link another user planted.
+  char exported_name[] = "/tmp/topology_bench.XXXXXX";
+  const int exported_fd = mkstemp(exported_name);
+  const std::string exported = exported_name;
+  const std::string xml = ddp::system_topology_xml();
+  if (exported_fd < 0 || write(exported_fd, xml.data(), xml.size()) != static_cast<ssize_t>(xml.size())) {
+    std::perror("topology_bench: cannot write the export");
+    return 1;
+  }
+  close(exported_fd);
   const double load_cached_us =
       microseconds_per_call(200, [&](int) { sink += ddp::load_system_hardware_from(exported).cores.size(); });
   unlink(exported.c_str());

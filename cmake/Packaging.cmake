@@ -25,9 +25,21 @@ if(DDP_SLURM_SERIES)
   set(CPACK_DEBIAN_PLUGIN_PACKAGE_DEPENDS
       "slurm-wlm-basic-plugins (>= ${DDP_SLURM_SERIES}), slurm-wlm-basic-plugins (<< ${DDP_SLURM_NEXT_SERIES})")
 endif()
+if(NOT DDP_PLUGSTACK_FILE)
+  set(DDP_PLUGSTACK_FILE zz-ddp.conf)
+endif()
 set(_conffiles ${CMAKE_BINARY_DIR}/packaging/conffiles)
-file(WRITE ${_conffiles} "${DDP_PLUGSTACK_DIR}/ddp.conf\n")
+file(WRITE ${_conffiles} "${DDP_PLUGSTACK_DIR}/${DDP_PLUGSTACK_FILE}\n")
+# Earlier packages installed the snippet as ddp.conf, which Slurm reads before pyxis.conf: dpkg moves it, with the
+# admin's edits, to its new name (dpkg-maintscript-helper(1), called alike from all three scripts).
 set(CPACK_DEBIAN_PLUGIN_PACKAGE_CONTROL_EXTRA ${_conffiles})
+# The maintainer scripts are written with the plugin (spank_plugin/*inst.in, postrm.in).
+if(EXISTS ${CMAKE_BINARY_DIR}/packaging/postrm)
+  foreach(_script preinst postinst postrm)
+    list(APPEND CPACK_DEBIAN_PLUGIN_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/packaging/${_script})
+  endforeach()
+endif()
+set(CPACK_DEBIAN_PLUGIN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
 set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
 foreach(_component plugin tools)

@@ -1,21 +1,26 @@
 // Every context: register the option table and read the admin's plugstack.conf arguments.
 #include <slurm/slurm.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "dispatch.h"
 #include "error.hpp"
 #include "plugin_state.hpp"
+#include "slurm_versions.h"
 
 // Slurm's own configuration, exported by libslurmfull (loaded by srun, sbatch and slurmstepd) but not declared
-// in its public headers. Weak, so that a missing symbol only costs the file name in error messages.
+// in its public headers. Weak, so that a missing symbol only costs what it gives: the file name in error messages,
+// srun's kill-on-bad-exit default.
 extern "C" slurm_conf_t slurm_conf __attribute__((weak));
 
 namespace ddp::spank {
 namespace {
 
-std::string plugstack_file() {
-  if (&slurm_conf != nullptr && slurm_conf.plugstack != nullptr) return slurm_conf.plugstack;
+std::string plugstack_file(spank_t sp) {
+  const slurm_conf_t* conf = this_slurm_conf(sp);
+  if (conf != nullptr && conf->plugstack != nullptr) return conf->plugstack;
   return "plugstack.conf";
 }
 
@@ -58,6 +63,30 @@ int register_options(spank_t sp) {
 
 }  // namespace
 
+// A version item: "24", "11" (char **, S_SLURM_VERSION_MAJOR and _MINOR); empty when Slurm gives none.
+std::string version_item(spank_t sp, spank_item_t item) {
+  char* text = nullptr;
+  return spank_get_item(sp, item, &text) == ESPANK_SUCCESS && text != nullptr ? text : "";
+}
+
+slurm_conf_t* this_slurm_conf(spank_t sp, std::string* why_not) {
+  if (&slurm_conf == nullptr) {
+    if (why_not) *why_not = "this Slurm does not export its configuration";
+    return nullptr;
+  }
+  const std::string major = version_item(sp, S_SLURM_VERSION_MAJOR), minor = version_item(sp, S_SLURM_VERSION_MINOR);
+  const auto number = [](const std::string& text) { return text.empty() ? -1 : std::atoi(text.c_str()); };
+  if (number(major) != SLURM_VERSION_MAJOR(SLURM_VERSION_NUMBER) ||
+      number(minor) != SLURM_VERSION_MINOR(SLURM_VERSION_NUMBER)) {
+    char built[16];
+    std::snprintf(built, sizeof built, "%d.%02d", SLURM_VERSION_MAJOR(SLURM_VERSION_NUMBER),
+                  SLURM_VERSION_MINOR(SLURM_VERSION_NUMBER));
+    if (why_not) *why_not = "this is Slurm " + major + "." + minor + ", ddp.so was built for " + built;
+    return nullptr;
+  }
+  return &slurm_conf;
+}
+
 PluginState& state() {
   static PluginState plugin_state;
   return plugin_state;
@@ -95,7 +124,7 @@ extern "C" int ddp_spank_init(spank_t sp, int ac, char** av) {
     if (context != S_CTX_LOCAL && context != S_CTX_REMOTE && context != S_CTX_ALLOCATOR) return 0;
     if (register_options(sp) != 0) return -1;
     try {
-      state().config = ddp::parse_config(std::vector<std::string>(av, av + ac), plugstack_file());
+      state().config = ddp::parse_config(std::vector<std::string>(av, av + ac), plugstack_file(sp));
     } catch (const ddp::Error& e) {
       // A bad admin argument must not break srun for everyone: only --ddp steps fail, with this message.
       record_failure(e.what(), false);

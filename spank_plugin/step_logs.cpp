@@ -1,32 +1,44 @@
-// The step's failure reports (src/step_logs.hpp). Tasks, before exec and as the user: the log directory and the
-// variables that point there. srun: the step's id before launch, and at exit its directory removed when empty, or
-// the first failure named when reports are left.
+// The step's failure reports (src/step_logs.hpp). Tasks, before exec and as the user: the log directory checked and
+// the variables that point there. srun, as the user: before launch the step's directory made ready for this attempt,
+// at exit removed when empty, or the first failure named when reports are left. Every access to the directory runs
+// in a child process with the admin's deadline (snapshot_dir_timeout): a hung file system costs a warning.
 #include <unistd.h>
 
 #include <cstdio>
 
+#include "child_process.hpp"
 #include "dispatch.h"
 #include "error.hpp"
 #include "failure_report.hpp"
+#include "mount_view.hpp"
+#include "parse.hpp"
 #include "plugin_state.hpp"
+#include "step.hpp"
 #include "step_logs.hpp"
 
 using namespace ddp::spank;
 
 namespace ddp::spank {
 
-void prepare_failure_reporting(const StepPlan& plan, const TaskInfo& task, TaskEnv& env) {
+void prepare_failure_reporting(const StepPlan& plan, const TaskInfo& task, TaskEnv& env,
+                               const ContainerView* container) {
   const auto base = ddp::log_base(env.user_value(ddp::kLogDirVariable), plan.step.home);
+  const std::string run_id = env.value("TORCHELASTIC_RUN_ID").value_or("");
   std::optional<std::string> dir;
-  if (base) dir = ddp::step_log_dir(*base, env.value("TORCHELASTIC_RUN_ID").value_or(""));
-  try {
-    if (dir) ddp::prepare_step_log_dir(*dir, task.rank, plan.step.hostname);
-  } catch (const ddp::Error& e) {
-    if (task.local_rank == 0) {
-      std::fprintf(stderr, "ddp: warning: no error reports from %s in this step: %s\n", plan.step.hostname.c_str(),
-                   e.what());
+  if (base) {
+    try {
+      if (container != nullptr) {
+        ddp::require_node_file_system(ddp::step_log_dir(*base, run_id), "log directory", container->node_devices,
+                                      ddp::this_mount_view().mounts, container->mount_option);
+      }
+      ddp::prepare_step_log_dir(*base, run_id, plan.snapshot_dir_timeout);
+      dir = ddp::step_log_dir(*base, run_id);
+    } catch (const ddp::Error& e) {
+      if (task.local_rank == 0) {
+        std::fprintf(stderr, "ddp: warning: no error reports from %s in this step: %s\n", plan.step.hostname.c_str(),
+                     e.what());
+      }
     }
-    dir.reset();
   }
   ddp::add_failure_reporting(env, dir, task.rank, plan.step.hostname);
 }
@@ -41,27 +53,40 @@ std::string& launched_run_id() {
   return run_id;
 }
 
-// srun's view of the directory the tasks used: the same DDP_LOG_DIR (srun's environment is the tasks') and home.
-std::optional<std::string> srun_step_dir() {
-  const auto base = ddp::own_log_base();
-  if (!base) return std::nullopt;
-  return ddp::step_log_dir(*base, launched_run_id());
+// srun could not make the step's directory ready and said so: at exit there is nothing of this attempt to read.
+bool& no_reports() {
+  static bool refused = false;
+  return refused;
 }
 
-void report_failure(const std::string& dir) {
-  const ddp::StepReports reports = ddp::read_step_reports(dir, ddp::ReportLimits{});
-  const std::string why = "ddp-why " + launched_run_id();
-  if (const auto first = ddp::first_failure(reports, {})) {
-    std::fprintf(stderr, "ddp: step %s failed; first failure: %s (%s shows the whole report)\n",
-                 launched_run_id().c_str(), ddp::one_line(*first).c_str(), why.c_str());
-  } else {
-    std::fprintf(stderr, "ddp: step %s failed; its reports are in %s (%s)\n", launched_run_id().c_str(), dir.c_str(),
-                 why.c_str());
+// srun's view of the directory the tasks use: the same DDP_LOG_DIR (srun's environment is the tasks') and home.
+// In a child process with the admin's deadline; its answer is `body`'s, or the line saying why there is none.
+std::string in_log_dir(const std::function<std::string(const std::string& base)>& body) {
+  std::optional<std::string> base;
+  try {
+    base = ddp::own_log_base();
+  } catch (const ddp::Error&) {
+    base.reset();  // a DDP_LOG_DIR that is no absolute path: the tasks fail the step, naming it
   }
+  if (!base) {
+    no_reports() = true;
+    return "";
+  }
+  const auto deadline = state().config.snapshot_dir_timeout;
+  const ddp::ChildOutcome outcome =
+      ddp::run_in_child([&] { return body(*base); }, deadline, 1 << 16, "cannot reach the log directory");
+  if (outcome.end == ddp::ChildOutcome::End::Answered) return outcome.answer;
+  const std::string dir = ddp::quote(ddp::step_log_dir(*base, launched_run_id()));
+  if (outcome.end == ddp::ChildOutcome::End::TimedOut) {
+    return "warning: log directory " + dir + " did not answer within " + ddp::seconds_text(deadline) +
+           ": its file system hangs here";
+  }
+  return "warning: log directory " + dir + " could not be read (" + outcome.death + ")";
 }
 
 }  // namespace
 
+// srun, once the step exists and before its tasks start.
 extern "C" int ddp_spank_local_user_init(spank_t sp, int, char**) {
   return guarded([&] {
     uint32_t job_id = 0;
@@ -71,16 +96,36 @@ extern "C" int ddp_spank_local_user_init(spank_t sp, int, char**) {
       return 0;
     }
     launched_run_id() = std::to_string(job_id) + "." + std::to_string(step_id);
+    const std::string problem = in_log_dir([](const std::string& base) -> std::string {
+      try {
+        ddp::start_step_log_dir(base, launched_run_id());
+      } catch (const std::exception& e) {
+        return std::string(
+                   "warning: srun cannot make the step's log directory ready (it names no failure at its end): ") +
+               e.what();
+      }
+      return "";
+    });
+    if (!problem.empty()) {
+      std::fprintf(stderr, "ddp: %s\n", problem.c_str());
+      no_reports() = true;
+    }
     return 0;
   });
 }
 
 // srun only, once every task has ended. A failure here must not change srun's exit status: it is only reported.
 extern "C" int ddp_spank_exit(spank_t, int, char**) {
-  if (spank_context() != S_CTX_LOCAL || launched_run_id().empty()) return 0;
+  if (spank_context() != S_CTX_LOCAL || launched_run_id().empty() || no_reports()) return 0;
   try {
-    const auto dir = srun_step_dir();
-    if (dir && ddp::remove_step_log_dir_if_empty(*dir)) report_failure(*dir);
+    const std::string line = in_log_dir([](const std::string& base) -> std::string {
+      try {
+        return ddp::finish_step_log_dir(base, launched_run_id()).value_or("");
+      } catch (const std::exception& e) {
+        return std::string("cannot read the step's failure reports: ") + e.what();
+      }
+    });
+    if (!line.empty()) std::fprintf(stderr, "ddp: %s\n", line.c_str());
   } catch (const std::exception& e) {
     log_error(std::string("cannot read the step's failure reports: ") + e.what());
   }

@@ -3,15 +3,26 @@
 // slurmstepd itself, and nothing reads a file the user chose: the topology is the admin's topology_xml, the
 // per-boot cache or the running system, never the job's HWLOC_XMLFILE (ddp-topo --xml plans for a file).
 // user_init failures would only say "launch failed" and leave srun's exit code 0, so every problem is kept
-// and reported from task_init, which fails the step with srun exit code 1.
+// and reported from task_init, where the task ends itself before exec (exit status 1, srun's too), whether
+// plugstack.conf loads ddp.so as "required" or "optional".
+// Containers (container.hpp, mount_view.hpp): a plugin listed before ddp.so (pyxis) has moved the task into its
+// container's mount namespace by task_init; the topology and the network were read in user_init, in the node's
+// view, so the binding plans from the node's hardware, and the snapshot and log directories are prepared in the
+// container's view, where the program will use them. A container plugin listed after ddp.so would import its
+// container's environment over the contract: the step is refused before anything starts.
+
+#include <unistd.h>
 
 #include <cstdio>
 
+#include "container.hpp"
 #include "dispatch.h"
 #include "error.hpp"
+#include "id_list.hpp"
 #include "netif.hpp"
 #include "parse.hpp"
 #include "plugin_state.hpp"
+#include "ports.hpp"
 #include "resolve.hpp"
 #include "snapshot_dir.hpp"
 #include "user.hpp"
@@ -57,6 +68,19 @@ uint32_t env_u32(spank_t sp, const char* name) {
   return static_cast<uint32_t>(ddp::require_uint(*value, 0, UINT32_MAX, name));
 }
 
+// The job's key as srun, sbatch or salloc gave it (srun_side.cpp): under the carrier's name, which --export keeps,
+// else as DDP_JOB_KEY. Without one the port would come from public ids and ddp-train's store proof from no secret:
+// the step fails instead.
+std::string job_key(spank_t sp) {
+  for (const char* name : {ddp::kJobKeyCarrier, ddp::kJobKeyVariable}) {
+    const auto key = get_env(sp, name);
+    if (key && ddp::is_job_key(*key)) return *key;
+  }
+  throw ddp::Error(std::string("the job's key (") + ddp::kJobKeyVariable + ") did not reach this step: the srun, " +
+                   "sbatch or salloc that made the job or step ran without ddp.so, or removed " + ddp::kJobKeyCarrier +
+                   " from the environment; run them where plugstack.conf loads ddp.so");
+}
+
 ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   ddp::StepInfo step;
   step.step_id = step_id;
@@ -81,7 +105,7 @@ ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   }
   step.node_list = get_env(sp, "SLURM_STEP_NODELIST").value_or("");
   step.reserved_ports = get_env(sp, "SLURM_STEP_RESV_PORTS").value_or("");
-  step.job_key = get_env(sp, ddp::kJobKeyVariable).value_or("");
+  step.job_key = job_key(sp);
   if (const auto max_restarts = get_env(sp, "DDP_MAX_RESTARTS")) {
     step.max_restarts = static_cast<uint32_t>(ddp::require_uint(*max_restarts, 0, 1000000, "DDP_MAX_RESTARTS"));
   }
@@ -95,6 +119,15 @@ ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
 bool is_ddp_step(spank_t sp, uint32_t* step_id) {
   if (!spank_remote(sp) || !state().options.enabled) return false;
   return spank_get_item(sp, S_JOB_STEPID, step_id) == ESPANK_SUCCESS && ddp::is_application_step(*step_id);
+}
+
+// Read here, in slurmstepd's own namespace; a failure only leaves container views undetected.
+void remember_node_view() {
+  try {
+    state().node_view = ddp::this_mount_view();
+  } catch (const std::exception& e) {
+    slurm_debug("ddp: %s: tasks in containers of plugins before ddp.so are not told apart", e.what());
+  }
 }
 
 void plan_this_node(spank_t sp, uint32_t step_id) {
@@ -127,15 +160,18 @@ ddp::TaskInfo read_task(spank_t sp) {
   return task;
 }
 
-int fail_task(spank_t sp) {
-  // Every task fails; one task per node (node problems) or per step (step problems) says why.
+// Every task fails; one task per node (node problems) or per step (step problems) says why. The task ends here,
+// before exec, with exit status 1: Slurm does the same when a "required" plugin's task_init fails, and ignores the
+// failure of an "optional" one, whose task would otherwise run without any --ddp variable.
+[[noreturn]] void fail_task(spank_t sp) {
   const Failure& failure = *state().failure;
   int local_id = -1;
   uint32_t node_rank = 0;
   spank_get_item(sp, S_TASK_ID, &local_id);
   spank_get_item(sp, S_JOB_NODEID, &node_rank);
   if (local_id == 0 && (failure.node_specific || node_rank == 0)) log_error(failure.message);
-  return -1;
+  std::fflush(nullptr);
+  _exit(1);
 }
 
 // --ddp-check: a failed check fails the step with the reasons; warnings are printed once per node.
@@ -153,12 +189,52 @@ void check_this_node(const ddp::StepPlan& plan, const ddp::TaskInfo& task, const
   }
 }
 
+// The task's view, when a plugin before ddp.so moved it into a container's mount namespace (pyxis does, in its
+// task_init); null in the node's own view.
+std::optional<ddp::ContainerView> container_view() {
+  const auto& node_view = state().node_view;
+  const ino_t here = ddp::this_mount_namespace();
+  if (!node_view || here == 0 || here == node_view->namespace_id) return std::nullopt;
+  return ddp::ContainerView{node_view->devices, ddp::container_kind(ddp::ContainerRuntime::Pyxis).mount};
+}
+
+// pyxis's options, in use while the task is still in the node's view: pyxis comes after ddp.so in plugstack.conf
+// and will import its container's environment over the contract. spank_option_getopt finds any plugin's option
+// by name (the stack's option cache); the probes are static, since Slurm may keep a pointer to them.
+std::optional<std::string> later_container_option(spank_t sp) {
+  static spank_option probes[] = {
+      {const_cast<char*>("container-image"), nullptr, nullptr, 1, 0, nullptr},
+      {const_cast<char*>("container-name"), nullptr, nullptr, 1, 0, nullptr},
+  };
+  for (spank_option& probe : probes) {
+    char* value = nullptr;
+    if (spank_option_getopt(sp, &probe, &value) == ESPANK_SUCCESS) return std::string("--") + probe.name;
+  }
+  for (const char* name : {"PYXIS_CONTAINER_IMAGE", "PYXIS_CONTAINER_NAME"}) {
+    if (get_env(sp, name)) return std::string(name);
+  }
+  return std::nullopt;
+}
+
+void refuse_container_plugin_after_ddp(spank_t sp) {
+  const auto option = later_container_option(sp);
+  if (!option) return;
+  throw ddp::Error(
+      *option +
+      " is handled by a container plugin that plugstack.conf lists after ddp.so (pyxis): it would import its "
+      "container's environment over the MASTER_ADDR, MASTER_PORT, WORLD_SIZE and ranks ddp.so set (enroot's pytorch "
+      "hook puts MASTER_PORT=SLURM_JOB_ID%4536+61000 there, one port for every step of the job), so the step was "
+      "not started; list ddp.so after pyxis in plugstack.conf (install-head-node.sh writes "
+      "plugstack.conf.d/zz-ddp.conf, which sorts after pyxis.conf)");
+}
+
 // In the task's process, as the user: a hung file system costs this task the deadline, not slurmstepd its life.
-void prepare_snapshot_dir(const ddp::StepPlan& plan, const ddp::EnvLookup& user_env) {
+void prepare_snapshot_dir(const ddp::StepPlan& plan, const ddp::EnvLookup& user_env,
+                          const ddp::ContainerView* container) {
   const auto dir = ddp::snapshot_dir_to_prepare(plan, user_env);
   if (!dir) return;
   try {
-    ddp::prepare_snapshot_dir(*dir, "--ddp-snapshot-dir", plan.snapshot_dir_timeout);
+    ddp::prepare_snapshot_dir(*dir, "--ddp-snapshot-dir", plan.snapshot_dir_timeout, container);
   } catch (const ddp::Error& e) {
     throw ddp::Error(std::string(e.what()) + " (on " + plan.step.hostname + ")");
   }
@@ -168,17 +244,23 @@ int export_task_env(spank_t sp) {
   const ddp::StepPlan& plan = *state().plan;
   const ddp::TaskInfo task = read_task(sp);
   const ddp::EnvLookup user_env = [sp](const std::string& name) { return get_env(sp, name.c_str()); };
-  prepare_snapshot_dir(plan, user_env);
+  const std::optional<ddp::ContainerView> container = container_view();
+  const ddp::ContainerView* in_container = container ? &*container : nullptr;
+  prepare_snapshot_dir(plan, user_env, in_container);
   ddp::TaskEnv env = ddp::task_env(plan, task, user_env);
-  prepare_failure_reporting(plan, task, env);
-  const ddp::TaskBinding binding = ddp::bind_task(*state().node, plan, task, env);
+  prepare_failure_reporting(plan, task, env, in_container);
+  ddp::TaskBinding binding = ddp::bind_task(*state().node, plan, task, env);
+  if (container) binding.summary += " view=container";
   if (plan.check) check_this_node(plan, task, env);
-  // After Slurm's own affinity step, within what it allowed (apply_cpu_binding intersects with it).
-  if (!binding.cpus.empty()) ddp::apply_cpu_binding(0, binding.cpus);
-  for (const ddp::EnvVar& var : env.vars()) {
-    if (var.origin == ddp::Origin::User) continue;
-    if (spank_setenv(sp, var.name.c_str(), var.value.c_str(), 1) != ESPANK_SUCCESS) {
-      throw ddp::Error("cannot set " + var.name + " in the task's environment");
+  // After Slurm's own affinity step, within what it allowed (apply_cpu_binding intersects with it). Exported too:
+  // a container runtime that resets the affinity of the process it starts (runc since 1.2) loses it, and the
+  // program applies it again (container.hpp: restore_cpu_binding).
+  if (!binding.cpus.empty()) {
+    env.set(ddp::kCpuBindVariable, ddp::format_id_list(ddp::apply_cpu_binding(0, binding.cpus)));
+  }
+  for (const auto& [name, value] : ddp::task_exports(env, plan.cleanenv)) {
+    if (spank_setenv(sp, name.c_str(), value.c_str(), 1) != ESPANK_SUCCESS) {
+      throw ddp::Error("cannot set " + name + " in the task's environment");
     }
   }
   if (plan.verbose) std::fprintf(stderr, "%s\n", ddp::verbose_line(plan, task, env, binding.summary).c_str());
@@ -190,7 +272,9 @@ int export_task_env(spank_t sp) {
 extern "C" int ddp_spank_user_init(spank_t sp, int, char**) {
   return guarded([&] {
     uint32_t step_id = 0;
-    if (is_ddp_step(sp, &step_id) && !state().failure) plan_this_node(sp, step_id);
+    if (!is_ddp_step(sp, &step_id) || state().failure) return 0;
+    remember_node_view();
+    plan_this_node(sp, step_id);
     return 0;
   });
 }
@@ -199,12 +283,18 @@ extern "C" int ddp_spank_task_init(spank_t sp, int, char**) {
   return guarded([&] {
     uint32_t step_id = 0;
     if (!is_ddp_step(sp, &step_id)) return 0;
-    if (state().failure) return fail_task(sp);
+    if (state().failure) fail_task(sp);
+    try {
+      if (!container_view()) refuse_container_plugin_after_ddp(sp);
+    } catch (const std::exception& e) {
+      record_failure(e.what(), false);
+      fail_task(sp);
+    }
     try {
       return export_task_env(sp);
     } catch (const std::exception& e) {
       record_failure(e.what(), true);
-      return fail_task(sp);
     }
+    fail_task(sp);
   });
 }

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -124,10 +124,6 @@ std::optional<TaskExit> parse_srun_exit(std::string_view line) {
   return exit;
 }
 
-struct DirCloser {
-  void operator()(DIR* dir) const { closedir(dir); }
-};
-
 // A regular file of at most `max_bytes`, read without following a link or blocking on a FIFO.
 std::optional<std::string> read_small_file(int dir_fd, const std::string& name, std::size_t max_bytes, std::string* why,
                                            struct stat* info) {
@@ -163,32 +159,56 @@ double modification_time(const struct stat& info) {
   return static_cast<double>(info.st_mtim.tv_sec) + static_cast<double>(info.st_mtim.tv_nsec) * 1e-9;
 }
 
-void read_error_file(int dir_fd, const std::string& dir, const std::string& name, uint32_t rank,
-                     const std::string& host, const ReportLimits& limits, const StepIdentity& identity,
-                     StepReports& out) {
-  const std::string path = dir + "/" + name;
+// An error file found in the listing, not read yet.
+struct Candidate {
+  std::string name;
+  uint32_t rank = 0;
+  std::string host;
+  double time = 0;
+  uint64_t bytes = 0;
+};
+
+void read_error_file(int dir_fd, const std::string& dir, const Candidate& candidate, const ReportLimits& limits,
+                     const StepIdentity& identity, std::size_t* budget, StepReports& out) {
+  const std::string path = dir + "/" + candidate.name;
   std::string why;
   struct stat info = {};
-  const auto text = read_small_file(dir_fd, name, limits.max_file_bytes, &why, &info);
+  const auto text = read_small_file(dir_fd, candidate.name, limits.max_file_bytes, &why, &info);
+  if (text) *budget -= std::min(*budget, text->size());
   std::optional<ErrorReport> report;
   if (text) report = parse_error_report(*text, &why);
   if (report && !identity.run_id.empty() && !report->run_id.empty() && report->run_id != identity.run_id) {
     why = "is from step " + quote(report->run_id) + ", not " + identity.run_id;
     report.reset();
   }
-  if (report && modification_time(info) < identity.not_before) {
-    report.reset();
-    why = "was written at " + format_time(modification_time(info)) + ", before the step started: an earlier step's";
-  }
   if (!report) {
     out.warnings.push_back(path + " " + why + "; ignored");
     return;
   }
-  report->rank = rank;
-  report->host = host;
+  report->rank = candidate.rank;
+  report->host = candidate.host;
   report->file = path;
   report->time = modification_time(info);
   out.errors.push_back(std::move(*report));
+}
+
+std::vector<std::string> names_in(int dir_fd, const std::string& dir, std::size_t max_entries, StepReports& out) {
+  const int listing_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  DIR* listing = listing_fd >= 0 ? fdopendir(listing_fd) : nullptr;
+  if (listing == nullptr) {
+    if (listing_fd >= 0) close(listing_fd);
+    throw Error("cannot read " + quote(dir) + " (" + std::strerror(errno) + ")");
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = readdir(listing)) {
+    if (names.size() >= max_entries) {
+      out.warnings.push_back(dir + " has more than " + std::to_string(max_entries) + " entries; the rest ignored");
+      break;
+    }
+    names.emplace_back(entry->d_name);
+  }
+  closedir(listing);
+  return names;
 }
 
 }  // namespace
@@ -231,34 +251,85 @@ std::optional<ErrorReport> parse_error_report(const std::string& text, std::stri
   return report;
 }
 
-StepReports read_step_reports(const std::string& dir, const ReportLimits& limits, const StepIdentity& identity) {
+double wall_clock_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+
+double on_file_clock(int dir_fd, double local, const std::function<double()>& local_now) {
+  char name[64];
+  std::snprintf(name, sizeof name, ".ddp-clock-%d-%lx", static_cast<int>(getpid()),
+                static_cast<unsigned long>(local_now() * 1e6));
+  const double before = local_now();
+  const int fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return local;
+  // The file's times are set when it is created: by the file server for NFS, by this node for a local or Lustre
+  // file system. A write makes sure the server stamps it.
+  const bool written = write(fd, "t", 1) == 1;
+  struct stat info = {};
+  const bool stamped = written && fstat(fd, &info) == 0;
+  const double after = local_now();
+  close(fd);
+  unlinkat(dir_fd, name, 0);
+  if (!stamped) return local;
+  return local + (modification_time(info) - (before + after) / 2);
+}
+
+ReportKind report_kind(std::string_view name) {
+  uint32_t rank = 0;
+  std::string host;
+  if (parse_error_name(name, &rank, &host)) return ReportKind::Error;
+  if (parse_dump_name(name, &rank, &host)) return ReportKind::Dump;
+  return ReportKind::None;
+}
+
+StepReports read_step_reports(int dir_fd, const std::string& dir, const ReportLimits& limits,
+                              const StepIdentity& identity) {
   StepReports out;
   out.dir = dir;
-  std::unique_ptr<DIR, DirCloser> listing(opendir(dir.c_str()));
-  if (!listing) {
-    if (errno == ENOENT) return out;
-    throw Error("cannot read " + quote(dir) + " (" + std::strerror(errno) + ")");
-  }
-  const int dir_fd = dirfd(listing.get());
-  std::size_t examined = 0;
-  while (const dirent* entry = readdir(listing.get())) {
-    if (++examined > limits.max_entries) {
-      out.warnings.push_back(dir + " has more than " + std::to_string(limits.max_entries) +
-                             " entries; the rest ignored");
-      break;
-    }
-    const std::string name = entry->d_name;
-    uint32_t rank = 0;
-    std::string host;
-    if (parse_error_name(name, &rank, &host)) {
-      read_error_file(dir_fd, dir, name, rank, host, limits, identity, out);
-    } else if (parse_dump_name(name, &rank, &host)) {
-      struct stat info = {};
-      if (fstatat(dir_fd, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(info.st_mode) &&
-          modification_time(info) >= identity.not_before) {
-        out.dumps.push_back({rank, host, dir + "/" + name, static_cast<uint64_t>(info.st_size)});
+  std::vector<Candidate> candidates;
+  for (const std::string& name : names_in(dir_fd, dir, limits.max_entries, out)) {
+    Candidate found{name, 0, "", 0, 0};
+    const bool error = parse_error_name(name, &found.rank, &found.host);
+    if (!error && !parse_dump_name(name, &found.rank, &found.host)) continue;
+    struct stat info = {};
+    if (fstatat(dir_fd, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    found.time = modification_time(info);
+    found.bytes = static_cast<uint64_t>(info.st_size);
+    if (found.time < identity.not_before) {
+      if (error) {
+        out.warnings.push_back(dir + "/" + name + " was written at " + format_time(found.time) +
+                               ", before the step started: an earlier step's; ignored");
       }
+    } else if (!S_ISREG(info.st_mode)) {
+      if (error) out.warnings.push_back(dir + "/" + name + " is not a regular file; ignored");
+    } else if (error) {
+      candidates.push_back(std::move(found));
+    } else {
+      out.dumps.push_back({found.rank, found.host, dir + "/" + name, static_cast<uint64_t>(info.st_size)});
     }
+  }
+  // The oldest first: when the budget runs out, what is left unread is what came after the first failure.
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.time != b.time ? a.time < b.time : a.rank < b.rank;
+  });
+  std::size_t budget = limits.max_total_bytes;
+  const auto spent = [&] { return limits.max_total_bytes - budget; };
+  std::size_t unread = 0;
+  for (const Candidate& candidate : candidates) {
+    // A report larger than a report can be is refused by read_error_file, with its own warning.
+    if (candidate.bytes <= limits.max_file_bytes && candidate.bytes > budget) budget = 0;
+    if (budget == 0) {
+      ++unread;
+      continue;
+    }
+    read_error_file(dir_fd, dir, candidate, limits, identity, &budget, out);
+  }
+  out.bytes_read = spent();
+  if (unread > 0) {
+    out.warnings.push_back(dir + ": " + std::to_string(unread) + " later reports not read (" +
+                           std::to_string(limits.max_total_bytes) + " bytes of reports read in all)");
   }
   std::sort(out.errors.begin(), out.errors.end(), [](const ErrorReport& a, const ErrorReport& b) {
     return a.time != b.time ? a.time < b.time : a.rank < b.rank;
@@ -266,6 +337,22 @@ StepReports read_step_reports(const std::string& dir, const ReportLimits& limits
   std::sort(out.dumps.begin(), out.dumps.end(),
             [](const FlightRecorderDump& a, const FlightRecorderDump& b) { return a.rank < b.rank; });
   return out;
+}
+
+StepReports read_step_reports(const std::string& dir, const ReportLimits& limits, const StepIdentity& identity) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return StepReports{dir, {}, {}, {}};
+    throw Error("cannot read " + quote(dir) + " (" + std::strerror(errno) + ")");
+  }
+  try {
+    StepReports reports = read_step_reports(fd, dir, limits, identity);
+    close(fd);
+    return reports;
+  } catch (...) {
+    close(fd);
+    throw;
+  }
 }
 
 std::vector<TaskExit> parse_srun_exits(const std::string& srun_stderr) {
@@ -303,9 +390,9 @@ std::optional<FirstFailure> first_failure(const StepReports& reports, const std:
 }
 
 std::string one_line(const FirstFailure& failure) {
-  std::string line = "rank " + std::to_string(failure.rank) + " on " + failure.host;
+  std::string line = "rank " + std::to_string(failure.rank) + " on " + terminal_text(failure.host, 256);
   if (failure.exit) {
-    line += ", " + failure.exit->status;
+    line += ", " + terminal_text(failure.exit->status, 400);
   } else if (failure.report && failure.report->exit_code) {
     line += ", exit code " + std::to_string(*failure.report->exit_code);
   }
@@ -313,8 +400,7 @@ std::string one_line(const FirstFailure& failure) {
     line += ", at " + format_time(failure.report->time);
     std::string message = failure.report->message;
     if (message.empty()) message = failure.report->traceback;
-    const std::size_t end = message.find('\n');
-    line += ": " + message.substr(0, std::min<std::size_t>(end, 400));
+    line += ": " + terminal_text(message.substr(0, message.find('\n')), 400);
   } else {
     line += " (no error report: it was killed, crashed, or its program does not write one)";
   }

@@ -12,15 +12,18 @@
 // not a regular file, or from another step (another run_id, or older than the step) is ignored with a warning.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ddp {
 
 struct ReportLimits {
-  std::size_t max_file_bytes = 1 << 20;  // torchrun's reports are a few KiB; a traceback of 1 MiB is not one
-  std::size_t max_entries = 1 << 16;     // directory entries examined, at most
+  std::size_t max_file_bytes = 1 << 20;    // torchrun's reports are a few KiB; a traceback of 1 MiB is not one
+  std::size_t max_entries = 1 << 16;       // directory entries examined, at most
+  std::size_t max_total_bytes = 16 << 20;  // all reports read together, oldest first: thousands of real ones
 };
 
 struct ErrorReport {
@@ -47,6 +50,7 @@ struct StepReports {
   std::vector<ErrorReport> errors;  // oldest first
   std::vector<FlightRecorderDump> dumps;
   std::vector<std::string> warnings;  // one line per file ignored
+  std::size_t bytes_read = 0;         // of reports, against ReportLimits::max_total_bytes
 };
 
 // Which reports belong to the step: a run id other than `run_id` (when not empty) or a modification time before
@@ -56,8 +60,26 @@ struct StepIdentity {
   double not_before = 0;
 };
 
-// Reads the reports in `dir`. A missing directory gives no reports; one that cannot be read throws ddp::Error.
+// A time of this host's clock (`local_now` tells it) as the clock that stamps files in `dir_fd`: a file server's,
+// or the writing node's. Measured by a file created and removed there; `local` unchanged when it cannot be (the
+// directory is not writable). Reports are stamped by that clock, the start of a step is known by this host's:
+// without it, a few seconds of skew drop the first reports of a step as "before the step started".
+double on_file_clock(int dir_fd, double local, const std::function<double()>& local_now);
+double wall_clock_seconds();
+
+// Reads the reports in the directory `dir_fd` (`dir` names it in warnings): each a regular file opened without
+// following a link or blocking, the oldest first until `limits` are reached. Throws ddp::Error when the directory
+// cannot be listed.
+StepReports read_step_reports(int dir_fd, const std::string& dir, const ReportLimits& limits,
+                              const StepIdentity& identity = {});
+
+// The same for a path: a missing directory gives no reports; one that cannot be read throws ddp::Error.
 StepReports read_step_reports(const std::string& dir, const ReportLimits& limits, const StepIdentity& identity = {});
+
+// What a name in a step's directory is: "error-rank<R>-<host>.json", "nccl-<host>-rank<R>" (step_logs.hpp), or
+// neither.
+enum class ReportKind { None, Error, Dump };
+ReportKind report_kind(std::string_view name);
 
 // Parses one report's text; nullopt with `why` set when it is not one.
 std::optional<ErrorReport> parse_error_report(const std::string& text, std::string* why);
@@ -84,7 +106,7 @@ struct FirstFailure {
 };
 std::optional<FirstFailure> first_failure(const StepReports& reports, const std::vector<TaskExit>& exits);
 
-// "rank 1 on node2, exit code 1, at 2026-11-23 22:40:01: RuntimeError: boom"
+// "rank 1 on node2, exit code 1, at 2026-11-23 22:40:01: RuntimeError: boom", printable (terminal_text).
 std::string one_line(const FirstFailure& failure);
 
 // The last `count` lines of task `rank` in srun's output: lines srun labelled "<rank>: " (srun --label) when there

@@ -1,5 +1,6 @@
 #include "launch.hpp"
 
+#include "container.hpp"
 #include "error.hpp"
 #include "parse.hpp"
 #include "ports.hpp"
@@ -89,6 +90,8 @@ std::optional<int> outer_thread_count(const std::string& text) {
 }
 
 Launch launch_from_environment(const EnvLookup& env) {
+  // Before anything is read: values a container runtime cleared or a later plugin replaced must not be used.
+  check_contract(env);
   Launch launch;
   if (env("RANK") || env("WORLD_SIZE")) {
     read_ranks(launch, env, kTorchrun);

@@ -40,7 +40,8 @@ struct Launch {
   bool srun_without_pmix = false;
 };
 
-// Throws ddp::Error naming the variable, its value and the fix: a malformed number, a rank outside the world,
+// Throws ddp::Error naming the variable, its value and the fix: the contract srun --ddp set that did not reach this
+// process unchanged (container.hpp: check_contract), a malformed number, a rank outside the world,
 // torchrun's variables without MASTER_ADDR and MASTER_PORT, an unknown DDP_BACKEND, srun without --ddp.
 Launch launch_from_environment(const EnvLookup& env);
 

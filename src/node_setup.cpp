@@ -1,11 +1,11 @@
 #include "node_setup.hpp"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "child_process.hpp"
 #include "doctor/node_checks.hpp"
 #include "error.hpp"
 #include "id_list.hpp"
@@ -32,35 +32,35 @@ void restrict_to_step_cores(NodeSetup& node, const std::string& step_cores) {
 // hwloc's XML import is not safe on malformed files (hwloc 2.9 and 2.12 crash on a misspelt attribute: found by
 // tests/fuzz/hwloc_xml_fuzz). The admin's topology_xml is trusted, but a typo there must fail the steps with a line
 // saying so, not crash slurmstepd: a child process reads it first.
-void check_loads_safely(const std::string& xml) {
-  const pid_t child = fork();
-  if (child < 0) throw Error("cannot check topology_xml " + quote(xml) + ": " + std::strerror(errno));
-  if (child == 0) {
-    try {
-      load_node_hardware(xml);
-    } catch (...) {
-    }
-    _exit(0);
+// A file that hangs (on a stuck NFS mount, or a FIFO) costs the step `deadline`, not slurmstepd its life.
+void check_loads_safely(const std::string& xml, std::chrono::milliseconds deadline) {
+  const ChildOutcome outcome = run_in_child(
+      [&]() -> std::string {
+        try {
+          load_node_hardware(xml);
+        } catch (...) {
+        }
+        return "";
+      },
+      deadline, 0, "cannot check topology_xml " + quote(xml));
+  if (outcome.end == ChildOutcome::End::TimedOut) {
+    throw Error("topology_xml " + quote(xml) + " in plugstack.conf could not be read within " + seconds_text(deadline) +
+                ": its file system hangs, or it is not a regular file");
   }
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  // The child exits 0 whatever the load threw; a crash is a signal, or under a sanitizer its report's exit status.
-  if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0) {
-    const std::string how = WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
-                                                : "exit status " + std::to_string(WEXITSTATUS(status));
-    throw Error("topology_xml " + quote(xml) + " in plugstack.conf crashes hwloc (" + how +
+  // The child answers whatever the load threw; a crash is a signal, or under a sanitizer its report's exit status.
+  if (outcome.end == ChildOutcome::End::Died) {
+    throw Error("topology_xml " + quote(xml) + " in plugstack.conf crashes hwloc (" + outcome.death +
                 "): it is not an export hwloc can read; write it again with "
                 "'lstopo-no-graphics --of xml FILE'");
   }
 }
 
-NodeHardware load_hardware(const StepPlan& plan) {
+NodeHardware load_hardware(const StepPlan& plan, std::chrono::milliseconds deadline) {
   if (!plan.topology_xml.empty()) {
-    check_loads_safely(plan.topology_xml);
+    check_loads_safely(plan.topology_xml, deadline);
     return load_node_hardware(plan.topology_xml);
   }
-  if (plan.topology_cache.empty()) return load_this_system();
+  if (plan.topology_cache.empty()) return load_this_system(deadline);
   if (const auto cached = trusted_topology_cache(plan.topology_cache)) {
     try {
       return load_system_hardware_from(*cached);
@@ -68,7 +68,7 @@ NodeHardware load_hardware(const StepPlan& plan) {
       // A damaged cache costs only speed: probe the system as if there were none.
     }
   }
-  return load_this_system();
+  return load_this_system(deadline);
 }
 
 void export_binding(TaskEnv& env, const EnvPairs& pairs) {
@@ -118,12 +118,13 @@ std::string join_results(const std::vector<doctor::CheckResult>& results, doctor
 
 }  // namespace
 
-NodeSetup setup_node(const StepPlan& plan, const std::string& master_ip, const std::string& step_cores) {
+NodeSetup setup_node(const StepPlan& plan, const std::string& master_ip, const std::string& step_cores,
+                     std::chrono::milliseconds deadline) {
   NodeSetup node;
   node.network = read_network(master_ip);
   if (plan.bind == BindMode::None) return node;
   try {
-    node.hardware = load_hardware(plan);
+    node.hardware = load_hardware(plan, deadline);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + "; run the step with --ddp-bind=none to skip topology binding");
   }

@@ -23,8 +23,10 @@ struct NodeSetup {
 // Once per node. `master_ip` is MASTER_ADDR resolved; `step_cores` is Slurm's S_STEP_ALLOC_CORES ("0-3,8").
 // The topology is the admin's topology_xml, else the per-boot cache, else the running system (load_this_system):
 // never a file the job or the process environment names (HWLOC_XMLFILE), since this runs inside slurmstepd.
-// Throws ddp::Error when the topology or the route to the master cannot be read.
-NodeSetup setup_node(const StepPlan& plan, const std::string& master_ip, const std::string& step_cores);
+// hwloc reads in a child process that must answer within `deadline`. Throws ddp::Error when the topology or the
+// route to the master cannot be read.
+NodeSetup setup_node(const StepPlan& plan, const std::string& master_ip, const std::string& step_cores,
+                     std::chrono::milliseconds deadline = kTopologyDeadline);
 
 // The topology cache directory to fill before privileges are dropped (topology_cache.hpp), when this step will
 // read the running system's topology; nullopt otherwise.

@@ -68,6 +68,20 @@ void apply_check(Options& options, std::optional<std::string_view>) { options.ch
 void apply_keep_going(Options& options, std::optional<std::string_view>) { options.keep_going = true; }
 
 void apply_recover(Options& options, std::optional<std::string_view>) { options.recover = true; }
+std::optional<CleanEnv> cleanenv_named(std::string_view name) {
+  if (name == "apptainer") return CleanEnv::Apptainer;
+  if (name == "singularity") return CleanEnv::Singularity;
+  if (name == "off") return CleanEnv::Off;
+  return std::nullopt;
+}
+
+void apply_cleanenv(Options& options, std::optional<std::string_view> value) {
+  options.cleanenv = cleanenv_named(value.value_or(""));
+  if (!options.cleanenv) {
+    throw Error("unknown --ddp-cleanenv value " + quote(value.value_or("")) +
+                "; use apptainer (APPTAINERENV_ names), singularity (SINGULARITYENV_ names) or off");
+  }
+}
 
 void apply_snapshot_dir(Options& options, std::optional<std::string_view> value) {
   if (!value || value->empty()) throw Error("--ddp-snapshot-dir needs a directory, e.g. /fsx/%u/%j");
@@ -119,6 +133,12 @@ void set_snapshot_dir_timeout(Config& config, std::string_view value) {
   config.snapshot_dir_timeout = std::chrono::seconds(require_uint(value, 1, 3600, "snapshot_dir_timeout"));
 }
 
+void set_cleanenv(Config& config, std::string_view value) {
+  const auto mode = cleanenv_named(value);
+  if (!mode) throw Error("unknown cleanenv mode");
+  config.cleanenv = *mode;
+}
+
 void set_default_backend(Config& config, std::string_view value) {
   const auto backend = backend_named(value);
   if (!backend) throw Error("unknown backend");
@@ -136,6 +156,7 @@ const std::vector<ConfigKey>& config_keys() {
       {"topology_cache", "a root-owned directory for the per-boot topology export, or none", set_topology_cache},
       {"snapshot_dir_timeout", "seconds each task waits for the snapshot directory's file system, 1-3600 (30)",
        set_snapshot_dir_timeout},
+      {"cleanenv", "apptainer|singularity|off: --ddp-cleanenv's default", set_cleanenv},
   };
   return keys;
 }
@@ -149,6 +170,14 @@ std::string known_keys() {
 }  // namespace
 
 const char* to_string(BindMode mode) { return mode == BindMode::Closest ? "closest" : "none"; }
+
+const char* to_string(CleanEnv mode) {
+  return mode == CleanEnv::Apptainer ? "apptainer" : mode == CleanEnv::Singularity ? "singularity" : "off";
+}
+
+const char* env_prefix(CleanEnv mode) {
+  return mode == CleanEnv::Apptainer ? "APPTAINERENV_" : mode == CleanEnv::Singularity ? "SINGULARITYENV_" : "";
+}
 
 const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table = {
@@ -184,6 +213,10 @@ const std::vector<OptionSpec>& option_table() {
        "Recover in place: a task that fails or stops answering does not end the step; the others go on without it "
        "(exports DDP_RECOVER=in-place, which ddp-train follows as --recover in-place)",
        ArgKind::None, apply_recover},
+      {"ddp-cleanenv", "apptainer|singularity|off",
+       "Export every DDP variable a second time as APPTAINERENV_NAME (singularity: SINGULARITYENV_NAME), which "
+       "apptainer exec --cleanenv passes into the container; off: do not",
+       ArgKind::Required, apply_cleanenv},
   };
   return table;
 }

@@ -18,6 +18,14 @@ namespace ddp {
 enum class BindMode { Closest, None };
 const char* to_string(BindMode mode);
 
+// apptainer (singularity): every variable srun --ddp sets reaches the task a second time as APPTAINERENV_NAME
+// (SINGULARITYENV_NAME), the spelling apptainer (SingularityCE's singularity) exec --cleanenv passes into its
+// container as NAME; off: not. One prefix at a time: apptainer says so once per variable when it finds the other.
+enum class CleanEnv { Off, Apptainer, Singularity };
+const char* to_string(CleanEnv mode);
+// "APPTAINERENV_", "SINGULARITYENV_"; "" for Off.
+const char* env_prefix(CleanEnv mode);
+
 struct Options {
   bool enabled = false;            // --ddp given (and not --ddp=off)
   std::optional<Backend> backend;  // unset: the admin's default_backend
@@ -29,6 +37,7 @@ struct Options {
   bool check = false;                       // --ddp-check: node checks before the program starts
   bool keep_going = false;                  // --ddp-keep-going: a failed task does not end the step
   bool recover = false;                     // --ddp-recover: the tasks recover in place; a failed one ends nothing
+  std::optional<CleanEnv> cleanenv;         // unset: the admin's cleanenv
 };
 
 enum class ArgKind { None, Required, Optional };
@@ -63,6 +72,7 @@ struct Config {
   std::string topology_xml;  // hwloc XML read instead of the running system; empty: the running system
   std::string topology_cache = "/run/slurm-ddp";          // per-boot export of the system's topology; empty: none
   std::chrono::milliseconds snapshot_dir_timeout{30000};  // how long each task waits for the snapshot directory
+  CleanEnv cleanenv = CleanEnv::Off;                      // --ddp-cleanenv's default
 };
 
 // Strict parse of the plugstack.conf arguments: an unknown key, a missing '=' or a bad value throws

@@ -22,6 +22,12 @@ std::string quote(std::string_view text);
 // `max_length` with "..." when longer: for text from other processes and users before it is printed.
 std::string printable(std::string_view text, size_t max_length);
 
+// `text` safe to print on a terminal, cut to `max_length` bytes with "..." when longer: printable ASCII and UTF-8
+// sequences of printable characters are kept (a traceback's non-English message stays readable), a tab becomes a
+// space, and every other byte (line breaks, escapes and other controls, DEL, C1 controls, invalid UTF-8) becomes
+// '?'. For one line of a report or of a task's output.
+std::string terminal_text(std::string_view text, size_t max_length);
+
 // The non-empty entries of a `separator`-separated list: "eth0,,ib0" is {"eth0", "ib0"}.
 std::vector<std::string> split(std::string_view text, char separator);
 

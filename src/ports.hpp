@@ -41,6 +41,12 @@ struct PortChoice {
 // A job's key: 32 hex digits from the kernel's random source. srun, sbatch and salloc make one for a --ddp job
 // (DDP_JOB_KEY; an srun inside an allocation keeps the allocation's), so every step of the job sees the same one.
 constexpr const char* kJobKeyVariable = "DDP_JOB_KEY";
+// The same key under the name Slurm gives a plugin's job control variable in a job's environment
+// (spank_job_control_setenv("DDP_JOB_KEY") in sbatch and salloc becomes SLURM_SPANK_DDP_JOB_KEY there). --export=NONE,
+// SLURM_EXPORT_ENV=NONE and --export=VARS keep every variable whose name starts with SLURM (srun's
+// _build_user_env: env_array_merge_slurm in 22.05, env_array_merge_slurm_spank in 23.11 to 26.05; sbatch's
+// env_merge_filter likewise), so the key reaches slurmstepd however the user filters the environment.
+constexpr const char* kJobKeyCarrier = "SLURM_SPANK_DDP_JOB_KEY";
 std::string new_job_key();  // throws ddp::Error when the kernel has no random bytes
 bool is_job_key(std::string_view text);
 

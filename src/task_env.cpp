@@ -1,5 +1,8 @@
 #include "task_env.hpp"
 
+#include <algorithm>
+
+#include "container.hpp"
 #include "error.hpp"
 #include "hostlist.hpp"
 #include "snapshot_dir.hpp"
@@ -37,6 +40,7 @@ StepPlan plan_step(const StepInfo& step, const Options& options, const Config& c
   plan.snapshot_dir_timeout = config.snapshot_dir_timeout;
   plan.check = options.check;
   plan.recover = options.recover;
+  plan.cleanenv = options.cleanenv.value_or(config.cleanenv);
   plan.master_addr = first_host(step.node_list);
   plan.port =
       choose_master_port(options.port, step.reserved_ports, step.job_id, step.step_id, config.port_range, step.job_key);
@@ -72,7 +76,8 @@ std::string TaskEnv::describe() const {
   std::string line;
   for (const EnvVar& var : vars_) {
     if (!line.empty()) line += ' ';
-    line += var.name + '=' + var.value;
+    // The job's key proves rank 0's store to the ranks: it never goes into output files others may read.
+    line += var.name + '=' + (var.name == kJobKeyVariable ? std::string("(secret)") : var.value);
     if (var.origin == Origin::User) line += "[user]";
   }
   return line;
@@ -97,6 +102,8 @@ TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user) {
   env.set("MASTER_PORT", std::to_string(plan.port.port));
   env.set("TORCHELASTIC_RUN_ID", run_id);
   env.set("TORCHELASTIC_RESTART_COUNT", std::to_string(step.restart_count));
+  // Also where --export=NONE kept it only under its carrier's name (ports.hpp).
+  if (!step.job_key.empty()) env.set(kJobKeyVariable, step.job_key);
   env.set("TORCHELASTIC_MAX_RESTARTS", std::to_string(step.max_restarts));
   // No torchrun agent holds a store here: rank 0 must host it, as init_process_group("env://") does by default.
   env.set("TORCHELASTIC_USE_AGENT_STORE", "False");
@@ -112,6 +119,27 @@ TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user) {
     env.set_default("DDP_SNAPSHOT_DIR", plan.snapshot_dir);
   }
   return env;
+}
+
+std::vector<std::pair<std::string, std::string>> task_exports(const TaskEnv& env, CleanEnv cleanenv) {
+  std::vector<std::pair<std::string, std::string>> exports;
+  ContractValues contract;
+  for (const EnvVar& var : env.vars()) {
+    if (var.origin == Origin::User) continue;
+    exports.emplace_back(var.name, var.value);
+    const auto& names = contract_names();
+    if (std::find(names.begin(), names.end(), var.name) != names.end()) contract.emplace_back(var.name, var.value);
+  }
+  const std::string contract_text = encode_contract(contract);
+  exports.emplace_back(kContractVariable, contract_text);
+  if (cleanenv != CleanEnv::Off) {
+    const size_t plugin_values = exports.size();
+    for (size_t i = 0; i < plugin_values; ++i) {
+      exports.emplace_back(env_prefix(cleanenv) + exports[i].first, exports[i].second);
+    }
+  }
+  if (cleanenv != CleanEnv::Apptainer) exports.emplace_back(kCleanEnvContractVariable, contract_text);
+  return exports;
 }
 
 std::optional<std::string> snapshot_dir_to_prepare(const StepPlan& plan, const EnvLookup& user) {

@@ -4,6 +4,7 @@
 //   per task  task_env():  a lookup into that plan
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "env.hpp"
@@ -28,6 +29,7 @@ struct StepPlan {
   std::chrono::milliseconds snapshot_dir_timeout{30000};  // the admin's snapshot_dir_timeout
   bool check = false;
   bool recover = false;  // --ddp-recover: DDP_RECOVER=in-place
+  CleanEnv cleanenv = CleanEnv::Off;  // --ddp-cleanenv, else the admin's cleanenv
 };
 
 // Throws ddp::Error for a malformed node list, a bad reserved-port variable or an admin port range that
@@ -64,6 +66,12 @@ class TaskEnv {
 };
 
 TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user);
+
+// What the task side sets in the task, in order: every variable the plugin chose (the user's own stay as they are),
+// DDP_CONTRACT with the values that must reach the program unchanged (container.hpp), then, with --ddp-cleanenv,
+// each of those again under the runtime's prefix (APPTAINERENV_NAME), and always APPTAINERENV_DDP_CONTRACT, so
+// that a program started with apptainer exec --cleanenv without --ddp-cleanenv can tell what it lost.
+std::vector<std::pair<std::string, std::string>> task_exports(const TaskEnv& env, CleanEnv cleanenv);
 
 // The snapshot directory the plugin creates before the tasks start: the one it exports, unless the user's own
 // DDP_SNAPSHOT_DIR wins over the admin default (then the runtime checks the user's directory itself).

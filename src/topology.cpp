@@ -17,6 +17,7 @@
 #include <memory>
 #include <tuple>
 
+#include "child_process.hpp"
 #include "error.hpp"
 #include "id_list.hpp"
 #include "parse.hpp"
@@ -27,6 +28,8 @@ namespace {
 constexpr unsigned kAmazonVendor = 0x1d0f;
 constexpr unsigned kInfiniBandClass = 0x0207;
 constexpr unsigned kEthernetClass = 0x0200;
+
+constexpr size_t kMaxExportBytes = 256u << 20;  // an export of the largest machines is a few MB
 
 constexpr const char* kUnwantedComponents[] = {"pci", "opencl", "gl", "cuda", "nvml", "rsmi", "levelzero"};
 
@@ -97,21 +100,9 @@ TopologyPtr load_topology(const std::optional<std::string>& xml_path, bool xml_i
 constexpr const char* kHwlocSystemOverrides[] = {"HWLOC_XMLFILE", "HWLOC_SYNTHETIC", "HWLOC_FSROOT", "HWLOC_CPUID_PATH",
                                                  "HWLOC_COMPONENTS"};
 
-bool write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-// The child's side of this_system_xml: 'X' and the export, or 'E' and why there is none.
-[[noreturn]] void probe_without_overrides(int out) {
+// The child's side of system_topology_xml: 'X' and the export, or 'E' and why there is none.
+std::string probe_without_overrides() {
   for (const char* name : kHwlocSystemOverrides) unsetenv(name);
-  std::string reply;
   try {
     const TopologyPtr topology = load_topology(std::nullopt);
     char* xml = nullptr;
@@ -120,45 +111,12 @@ bool write_all(int fd, const char* data, size_t size) {
     if (hwloc_topology_export_xmlbuffer(topology.get(), &xml, &length, 0) != 0 || length < 1) {
       throw Error("hwloc cannot export this system's topology: " + system_error_text());
     }
-    reply = "X" + std::string(xml, static_cast<size_t>(length - 1));  // without hwloc's final NUL
+    std::string reply = "X" + std::string(xml, static_cast<size_t>(length - 1));  // without hwloc's final NUL
     hwloc_free_xmlbuffer(topology.get(), xml);
+    return reply;
   } catch (const std::exception& e) {
-    reply = std::string("E") + e.what();
+    return std::string("E") + e.what();
   }
-  _exit(write_all(out, reply.data(), reply.size()) ? 0 : 1);
-}
-
-// The running system's topology as hwloc XML, probed by a child process whose environment has none of hwloc's
-// overrides: the child's environment can change without another thread of the caller (slurmstepd) reading it.
-std::string this_system_xml() {
-  int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error("cannot probe this system's topology: " + system_error_text());
-  const pid_t child = fork();
-  if (child == 0) {
-    close(pipe_fds[0]);
-    probe_without_overrides(pipe_fds[1]);
-  }
-  const int fork_error = errno;
-  close(pipe_fds[1]);
-  std::string reply;
-  char buffer[1 << 16];
-  ssize_t n = 0;
-  while (child > 0 && ((n = read(pipe_fds[0], buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR))) {
-    if (n > 0) reply.append(buffer, static_cast<size_t>(n));
-  }
-  close(pipe_fds[0]);
-  if (child < 0) throw Error(std::string("cannot probe this system's topology: fork: ") + std::strerror(fork_error));
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!reply.empty() && reply[0] == 'E') throw Error(reply.substr(1));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || reply.empty()) {
-    throw Error("hwloc's probe of this system's topology ended without a result (" +
-                (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
-                                     : "exit status " + std::to_string(WEXITSTATUS(status))) +
-                ")");
-  }
-  return reply.substr(1);
 }
 
 std::vector<unsigned> bitmap_ids(hwloc_const_bitmap_t bitmap) {
@@ -569,12 +527,22 @@ std::vector<std::pair<std::string, unsigned>> read_nvidia_device_numbers(const s
   return numbers;
 }
 
-void export_system_topology(const std::string& path) {
-  const std::string xml = this_system_xml();
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!(out << xml) || !out.flush()) {
-    throw Error("cannot write the topology to " + quote(path) + ": " + system_error_text());
+// Probed by a child process whose environment has none of hwloc's overrides: the child's environment can change
+// without another thread of the caller (slurmstepd) reading it. A probe that hangs (a sysfs read stuck in a driver)
+// or crashes costs the caller `deadline`, then an error.
+std::string system_topology_xml(std::chrono::milliseconds deadline) {
+  const ChildOutcome outcome =
+      run_in_child(probe_without_overrides, deadline, kMaxExportBytes, "cannot probe this system's topology");
+  if (outcome.end == ChildOutcome::End::TimedOut) {
+    throw Error("hwloc's probe of this system's topology did not end within " + seconds_text(deadline) +
+                " (a device or driver that does not answer?)");
   }
+  if (outcome.end == ChildOutcome::End::Died || outcome.answer.empty()) {
+    throw Error("hwloc's probe of this system's topology ended without a result (" +
+                (outcome.death.empty() ? std::string("no answer") : outcome.death) + ")");
+  }
+  if (outcome.answer[0] == 'E') throw Error(outcome.answer.substr(1));
+  return outcome.answer.substr(1);
 }
 
 namespace {
@@ -594,8 +562,8 @@ NodeHardware load_system_hardware_from(const std::string& exported) {
   return this_system_hardware(topology.get(), "this system (" + exported + ")");
 }
 
-NodeHardware load_this_system() {
-  const std::string xml = this_system_xml();
+NodeHardware load_this_system(std::chrono::milliseconds deadline) {
+  const std::string xml = system_topology_xml(deadline);
   const TopologyPtr topology = configured_topology(true);
   errno = 0;
   if (hwloc_topology_set_xmlbuffer(topology.get(), xml.c_str(), static_cast<int>(xml.size() + 1)) != 0 ||

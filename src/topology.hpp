@@ -7,6 +7,7 @@
 // The first topology read sets HWLOC_PLUGINS_PATH in the process environment (unless it is set) and never unsets
 // it: hwloc would otherwise load all its plugins on every read, and the environment is not thread-safe in
 // slurmstepd, so it is written once, not set and removed around each read (topology.cpp says more).
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -111,13 +112,14 @@ NodeHardware load_node_hardware(const std::optional<std::string>& xml_path = std
 // someone names. hwloc itself reads HWLOC_XMLFILE, HWLOC_SYNTHETIC, HWLOC_FSROOT, HWLOC_CPUID_PATH and
 // HWLOC_COMPONENTS from the environment of the process that loads a topology, and has no call to ignore them, so a
 // child process without them probes the system and hands it over as XML (a fork and an XML import more than a
-// probe in place). Throws ddp::Error with hwloc's failure.
-NodeHardware load_this_system();
+// probe in place), which must answer within `deadline`. Throws ddp::Error with hwloc's failure, or the deadline.
+inline constexpr std::chrono::milliseconds kTopologyDeadline{30000};
+NodeHardware load_this_system(std::chrono::milliseconds deadline = kTopologyDeadline);
 
-// The running system's topology as load_this_system() reads it, written to `path` as hwloc XML, and read back as
-// this system (CPU binding and driver device numbers apply): reading the XML costs a fraction of probing sysfs
-// again (topology_cache.hpp).
-void export_system_topology(const std::string& path);
+// The running system's topology as load_this_system() reads it, as hwloc XML (the same child, the same deadline),
+// and an export read back as this system (CPU binding and driver device numbers apply): reading the XML costs a
+// fraction of probing sysfs again (topology_cache.hpp).
+std::string system_topology_xml(std::chrono::milliseconds deadline = kTopologyDeadline);
 NodeHardware load_system_hardware_from(const std::string& exported);
 
 // The /dev/nvidiaN number of each GPU the NVIDIA driver lists under `proc_dir`, by PCI bus id ("Device Minor:"

@@ -1,6 +1,7 @@
 #include "topology_cache.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <hwloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,7 +16,9 @@
 
 #include "error.hpp"
 #include "parse.hpp"
+#include "snapshot_dir.hpp"
 #include "topology.hpp"
+#include "unique_fd.hpp"
 
 namespace ddp {
 namespace {
@@ -23,15 +26,31 @@ namespace {
 constexpr const char* kFormat = "v2";  // bump when what is exported changes
 constexpr const char* kPrefix = "topology-";
 
-bool owned_by_root_alone(const std::string& path, bool directory) {
-  struct stat info = {};
-  if (lstat(path.c_str(), &info) != 0 || info.st_uid != 0 || (info.st_mode & (S_IWGRP | S_IWOTH)) != 0) return false;
-  return directory ? S_ISDIR(info.st_mode) : S_ISREG(info.st_mode);
+// The cache directory is root's alone, under the snapshot directory's rules (snapshot_dir.hpp): no link, no parent
+// anyone but root may write without the sticky bit or owns. Steps read it as their user: mode 0755.
+DirRules cache_rules(bool create) {
+  DirRules rules;
+  rules.noun = "topology cache";
+  rules.contents = "topology exports";
+  rules.fix = "set topology_cache= in plugstack.conf to a directory only root may write, or to none";
+  rules.create = create;
+  rules.owner = 0;
+  rules.mode = 0755;
+  return rules;
 }
 
-std::vector<std::string> names_in(const std::string& dir) {
+// A regular file in `dir_fd`, root's and writable by root alone; never through a link.
+bool root_file(int dir_fd, const std::string& name) {
+  struct stat info = {};
+  return fstatat(dir_fd, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(info.st_mode) && info.st_uid == 0 &&
+         (info.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+std::vector<std::string> names_in(DIR* handle) {
   std::vector<std::string> names;
-  if (DIR* handle = opendir(dir.c_str())) {
+  if (handle != nullptr) {
     constexpr size_t kMaxNames = 4096;  // bounds the work on a strange /sys
     while (const dirent* entry = readdir(handle)) {
       if (entry->d_name[0] != '.' && names.size() < kMaxNames) names.emplace_back(entry->d_name);
@@ -40,6 +59,15 @@ std::vector<std::string> names_in(const std::string& dir) {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::vector<std::string> names_in(const std::string& dir) { return names_in(opendir(dir.c_str())); }
+
+std::vector<std::string> names_in(int dir_fd) {
+  const int listing = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  DIR* handle = listing >= 0 ? fdopendir(listing) : nullptr;
+  if (handle == nullptr && listing >= 0) close(listing);
+  return names_in(handle);
 }
 
 // FNV-1a over the names of the devices a topology export lists and that can come and go while a node runs.
@@ -56,14 +84,26 @@ std::string device_digest() {
 }
 
 // A whole export ends with hwloc's closing tag; one cut short by a full disk or a crash does not.
-bool is_whole_export(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
+bool is_whole_export(int dir_fd, const std::string& name) {
+  const UniqueFd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat info = {};
   const std::string end = "</topology>\n";
-  const std::streamoff size = in ? static_cast<std::streamoff>(in.tellg()) : 0;
-  if (size < static_cast<std::streamoff>(end.size())) return false;
+  if (!fd || fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode) || info.st_size < static_cast<off_t>(end.size())) {
+    return false;
+  }
   std::string tail(end.size(), '\0');
-  in.seekg(size - static_cast<std::streamoff>(end.size()));
-  return static_cast<bool>(in.read(tail.data(), static_cast<std::streamsize>(tail.size()))) && tail == end;
+  return pread(fd.get(), tail.data(), tail.size(), info.st_size - static_cast<off_t>(end.size())) ==
+             static_cast<ssize_t>(tail.size()) &&
+         tail == end;
+}
+
+void write_all(int fd, const std::string& text, const std::string& what) {
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Error("cannot write " + quote(what) + ": " + std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
 }
 
 }  // namespace
@@ -83,35 +123,44 @@ std::optional<std::string> topology_cache_file(const std::string& dir, const std
 void ensure_topology_cache(const std::string& dir) {
   const auto file = topology_cache_file(dir);
   if (!file) throw Error("no boot id to name the topology cache");
-  if (owned_by_root_alone(*file, false) && is_whole_export(*file)) return;
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    throw Error("cannot create " + quote(dir) + ": " + std::strerror(errno));
-  }
-  if (!owned_by_root_alone(dir, true)) throw Error(quote(dir) + " is not a directory that only root can write");
+  const std::string name = base_name(*file);
+  const UniqueFd dir_fd = open_private_dir(dir, cache_rules(true));
+  if (root_file(dir_fd.get(), name) && is_whole_export(dir_fd.get(), name)) return;
   // Exports of other boots, hwloc versions or device sets are never read again.
-  for (const std::string& name : names_in(dir)) {
-    const std::string path = dir + "/" + name;
-    if (name.rfind(kPrefix, 0) == 0 && path != *file) unlink(path.c_str());
+  for (const std::string& other : names_in(dir_fd.get())) {
+    if (other.rfind(kPrefix, 0) == 0 && other != name) unlinkat(dir_fd.get(), other.c_str(), 0);
   }
-  // Concurrent steps each write their own temporary file; the rename makes one of them the cache, whole.
-  const std::string temporary = *file + ".tmp." + std::to_string(getpid());
+  // Concurrent steps each write their own temporary file; the rename makes one of them the cache, whole. Everything
+  // goes through the checked directory's descriptor: no path is resolved again.
+  const std::string temporary = name + ".tmp." + std::to_string(getpid());
+  const std::string xml = system_topology_xml();
+  unlinkat(dir_fd.get(), temporary.c_str(), 0);
+  const UniqueFd out(
+      openat(dir_fd.get(), temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!out) throw Error("cannot create " + quote(dir + "/" + temporary) + ": " + std::strerror(errno));
   try {
-    export_system_topology(temporary);
+    write_all(out.get(), xml, dir + "/" + temporary);
+    if (fchmod(out.get(), 0644) != 0) throw Error("cannot make " + quote(*file) + " readable: " + std::strerror(errno));
   } catch (...) {
-    unlink(temporary.c_str());
+    unlinkat(dir_fd.get(), temporary.c_str(), 0);
     throw;
   }
-  chmod(temporary.c_str(), 0644);
-  if (rename(temporary.c_str(), file->c_str()) != 0) {
+  if (renameat(dir_fd.get(), temporary.c_str(), dir_fd.get(), name.c_str()) != 0) {
     const int error = errno;
-    unlink(temporary.c_str());
+    unlinkat(dir_fd.get(), temporary.c_str(), 0);
     throw Error("cannot create " + quote(*file) + ": " + std::strerror(error));
   }
 }
 
 std::optional<std::string> trusted_topology_cache(const std::string& dir) {
   const auto file = topology_cache_file(dir);
-  if (!file || !owned_by_root_alone(dir, true) || !owned_by_root_alone(*file, false)) return std::nullopt;
+  if (!file) return std::nullopt;
+  try {
+    const UniqueFd dir_fd = open_private_dir(dir, cache_rules(false));
+    if (!dir_fd || !root_file(dir_fd.get(), base_name(*file))) return std::nullopt;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
   return file;
 }
 

@@ -274,7 +274,9 @@ Distributed data-parallel training with LibTorch, launched like a torchrun scrip
   mpirun -np 4 ddp-train 50 10
   ddp-train 50 10                     (one process)
 Trains total_epochs epochs and writes a snapshot every save_every epochs (0: none); resumes from this run's
-newest valid snapshot in the snapshot directory. SIGUSR2 writes a snapshot at the next step and exits with 75.
+newest valid snapshot in the snapshot directory. SIGUSR2, SIGTERM or SIGINT (what Slurm sends before a time
+limit, at preemption, scancel or the time limit) write a snapshot at the next step boundary and exit with 75
+(ddp-restart then requeues the job); a second SIGINT ends the process at once.
 A snapshot that cannot be written is reported and tried again at the next one; after 3 failures in a row
 the run stops. Snapshot directory: yours alone (owned by you, not writable by others), created mode 0700.
 
@@ -285,7 +287,8 @@ options:
                                fashion-mnist: the PyTorch quickstart network on IDX files in --data (seed)
   --width N                    hidden width of the mlp workload (1024)
   --samples N                  samples of the seed and mlp datasets (2048)
-  --model FILE                 train this TorchScript module (torch.jit.script(m).save(FILE) or trace) on --data
+  --model FILE                 train this TorchScript module (torch.jit.script(m).save(FILE) or trace) on --data;
+                               TorchScript is code that ddp-train runs: load only files you would run as a program
   --data PATH[,PATH...]        --model: files of torch.save({"x": inputs, "y": targets}) and/or directories
                                holding x.npy and y.npy (memory-mapped), their samples in that order;
                                fashion-mnist: a directory with train-images-idx3-ubyte and train-labels-idx1-ubyte
@@ -304,7 +307,8 @@ options:
   --snapshot-dir DIR           where snapshots go (DDP_SNAPSHOT_DIR, else the working directory)
   --snapshot-every-seconds T   also write a snapshot every T seconds (0: off)
   --keep K                     snapshots kept (3)
-  --resume FILE                start from this snapshot (ddp-train's or the seed script's)
+  --resume FILE                start from this snapshot (ddp-train's or the seed script's); its weights and
+                               optimizer state become the run's: name only files you trust
   --run-id ID                  the run whose snapshots are resumed and pruned (the Slurm job id, else
                                TORCHELASTIC_RUN_ID, else default); other runs' files are left alone
   --output FILE                final model, a state dict torch.load reads (finalmodel.pt)
@@ -329,7 +333,8 @@ options:
 environment: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT GLOO_SOCKET_IFNAME
   DDP_BACKEND DDP_RECOVER DDP_JOIN DDP_SNAPSHOT_DIR SLURM_JOB_ID TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT OMP_NUM_THREADS;
   OMPI_COMM_WORLD_* under mpirun
-exit status: 0 done, 1 failure, 2 bad input, 75 stopped by SIGUSR2 after a snapshot; on failure the error also
+exit status: 0 done, 1 failure (also a snapshot that cannot be read for an I/O error: try again later), 2 bad
+  input, 75 stopped on request (SIGUSR2, SIGTERM, SIGINT) after a snapshot; on failure the error also
   goes to TORCHELASTIC_ERROR_FILE in torchrun's format (srun --ddp sets it; ddp-why reads it)
 )";
 }

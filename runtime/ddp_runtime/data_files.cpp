@@ -11,22 +11,13 @@
 
 #include "ddp_runtime/mapped_file.hpp"
 #include "ddp_runtime/pickle_reader.hpp"
+#include "ddp_runtime/tensor_text.hpp"
 #include "error.hpp"
 
 namespace ddp::runtime {
 namespace {
 
-const char kSaveHint[] = "save it with torch.save({\"x\": inputs, \"y\": targets}, path)";
-
-std::string shape_text(at::IntArrayRef sizes) {
-  std::ostringstream text;
-  text << sizes;
-  return text.str();
-}
-
-std::string describe(const at::Tensor& tensor) {
-  return shape_text(tensor.sizes()) + " " + std::string(c10::toString(tensor.scalar_type()));
-}
+const char kDataSaveHint[] = "save it with torch.save({\"x\": inputs, \"y\": targets}, path)";
 
 // One file's (or one directory's) samples; `where` names them in messages.
 struct Shard {
@@ -155,10 +146,11 @@ Shard npy_shard(const std::string& dir) {
 at::Tensor tensor_entry(const c10::impl::GenericDict& dict, const std::string& key, const std::string& path) {
   const auto found = dict.find(key);
   if (found == dict.end()) {
-    throw Error(path + " has no key '" + key + "'; expected a dict with 'x' (inputs) and 'y' (targets): " + kSaveHint);
+    throw Error(path + " has no key '" + key +
+                "'; expected a dict with 'x' (inputs) and 'y' (targets): " + kDataSaveHint);
   }
   if (!found->value().isTensor()) {
-    throw Error(path + ": '" + key + "' is a " + found->value().tagKind() + ", expected a tensor; " + kSaveHint);
+    throw Error(path + ": '" + key + "' is a " + found->value().tagKind() + ", expected a tensor; " + kDataSaveHint);
   }
   return found->value().toTensor();
 }
@@ -168,10 +160,10 @@ Shard torch_shard(const std::string& path) {
   try {
     content = read_torch_save(map_file(path));
   } catch (const UnreadableArchive& e) {
-    throw Error(path + " cannot be read: " + e.what() + "; " + kSaveHint);
+    throw Error(path + " cannot be read: " + e.what() + "; " + kDataSaveHint);
   }
   if (!content.isGenericDict()) {
-    throw Error(path + " holds a " + content.tagKind() + ", expected a dict with 'x' and 'y'; " + kSaveHint);
+    throw Error(path + " holds a " + content.tagKind() + ", expected a dict with 'x' and 'y'; " + kDataSaveHint);
   }
   const auto dict = content.toGenericDict();
   return {path + " 'x'", path + " 'y'", tensor_entry(dict, "x", path), tensor_entry(dict, "y", path)};
@@ -188,10 +180,10 @@ void check_shard(const Shard& shard) {
   }
   if (shard.x.size(0) == 0) throw Error(shard.x_where + " holds no samples");
   if (shard.x.is_complex() || shard.x.scalar_type() == at::kBool) {
-    throw Error(shard.x_where + " is " + describe(shard.x) + "; expected real numbers (float32 for most models)");
+    throw Error(shard.x_where + " is " + tensor_text(shard.x) + "; expected real numbers (float32 for most models)");
   }
   if (shard.y.is_complex() || shard.y.scalar_type() == at::kBool) {
-    throw Error(shard.y_where + " is " + describe(shard.y) +
+    throw Error(shard.y_where + " is " + tensor_text(shard.y) +
                 "; expected class indices (an integer type) or target values (floating point)");
   }
 }

@@ -9,9 +9,8 @@ std::string error_message(const std::exception& error) {
   return torch_error != nullptr ? torch_error->what_without_backtrace() : error.what();
 }
 
-std::string error_summary(const std::exception& error) {
-  const std::string message = error_message(error);
-  return message.substr(0, message.find('\n'));
-}
+std::string error_summary(const std::exception& error) { return first_line(error_message(error)); }
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 }  // namespace ddp::runtime

@@ -1,6 +1,6 @@
 #include "ddp_runtime/peer_check.hpp"
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -11,6 +11,7 @@
 
 #include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/error_message.hpp"
+#include "ddp_runtime/store_auth.hpp"
 
 namespace ddp::runtime {
 namespace {
@@ -18,7 +19,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-const std::string kPrefix = "ddp-train/peer-check/";
+// Under the job's secret key prefix (store_auth.hpp): an outsider who reaches rank 0's store cannot forge them.
+const std::string kPrefix = "peer-check/";
 constexpr milliseconds kPoll{50};
 // After rank 0's verdict, the others wait this long before they report: srun ends the step at rank 0's exit.
 constexpr milliseconds kLetRankZeroEnd{2000};
@@ -43,8 +45,6 @@ std::string seconds_text(milliseconds window) {
 }
 
 std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
-
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // The outcome of the check, shared with the thread that talks to the store: that thread may block in a store call
 // on a stopped rank 0 for as long as the store's own timeout, and is left behind when the deadline passes.
@@ -75,12 +75,10 @@ void run_check(const Launch& launch, const std::vector<RankIdentity>& ranks, mil
   std::string verdict;
   std::string failure;
   try {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<std::uint16_t>(launch.master_port);
-    options.isServer = false;
-    options.waitWorkers = false;
-    options.timeout = window;
-    const compat::StorePtr store = compat::make_tcp_store(launch.master_addr, options);
+    // A fresh connection proves the store again: after a failure, whatever listens on the port now may not be
+    // rank 0's.
+    const compat::StorePtr store = connect_verified(launch, window, window);
+    if (!store) throw std::runtime_error("its store did not prove that it is this job's rank 0");
     store->set(kPrefix + "alive/" + std::to_string(launch.rank), bytes("1"));
     store->add(kPrefix + "answered", 1);
     const auto deadline = Clock::now() + window;

@@ -1,6 +1,6 @@
 #include "ddp_runtime/process_group.hpp"
 
-#include <c10/util/hash.h>
+#include <ATen/ops/from_blob.h>
 #include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -9,9 +9,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -19,6 +17,7 @@
 #include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/mpi_process_group.hpp"
+#include "ddp_runtime/store_auth.hpp"
 #include "error.hpp"
 #include "netif.hpp"
 #include "socket.hpp"
@@ -34,27 +33,8 @@ std::string seconds(std::chrono::milliseconds timeout) {
   return text + " s";
 }
 
-// PyTorch's c10d store has no authentication: whoever binds MASTER_PORT first hosts it, and ranks would send their
-// Gloo addresses to it and take theirs from it. So rank 0 publishes a proof that it knows the job's key (DDP_JOB_KEY,
-// which only the job's environment holds), bound to this step and attempt, and the other ranks read it before they
-// use the store for anything else. Without a key (a launch outside srun --ddp) the proof is one any program could
-// compute: it still catches a port that something else holds by accident.
+// How long the other ranks wait for rank 0's store to prove itself (store_auth.hpp) once something listens.
 constexpr auto kProofWait = std::chrono::seconds(30);
-constexpr char kProofKey[] = "ddp-train/store-proof";
-
-std::string store_proof(const Launch& launch) {
-  const std::string message = "ddp-train store " + launch.run_id + " " + std::to_string(launch.restart_count) + " " +
-                              launch.master_addr + ":" + std::to_string(launch.master_port);
-  // HMAC over SHA-1 (with the inner digest in hex), from the hash LibTorch ships.
-  std::string key = launch.job_key.empty() ? std::string("no key") : launch.job_key;
-  key.resize(64, '\0');
-  std::string inner_pad = key, outer_pad = key;
-  for (std::size_t i = 0; i < key.size(); ++i) {
-    inner_pad[i] = static_cast<char>(key[i] ^ 0x36);
-    outer_pad[i] = static_cast<char>(key[i] ^ 0x5c);
-  }
-  return c10::sha1(outer_pad + c10::sha1(inner_pad + message).str()).str();
-}
 
 std::string port_advice(const Launch& launch) {
   return "; choose another port (srun --ddp-port=N, or MASTER_PORT), or ask your admin to reserve ports for steps "
@@ -92,53 +72,18 @@ void wait_for_listener(const Launch& launch, std::chrono::milliseconds timeout) 
   }
 }
 
-// Connects to the store and reads rank 0's proof, giving up at the deadline. LibTorch 2.6's TCPStore client waits
-// without a deadline for the answer to its first message, so a listener that never answers (another program on
-// the port) would hold this rank forever: the client runs on a thread of its own, left behind at the deadline (the
-// rank then exits with the error).
-std::pair<compat::StorePtr, std::string> read_proof(const std::string& host, c10d::TCPStoreOptions options,
-                                                    std::chrono::milliseconds deadline) {
-  struct Attempt {
-    std::mutex mutex;
-    std::condition_variable done_cv;
-    bool done = false;
-    compat::StorePtr store;
-    std::string proof;
-  };
-  const auto attempt = std::make_shared<Attempt>();
-  std::thread([attempt, host, options, deadline] {
-    compat::StorePtr store;
-    std::string proof;
-    try {
-      store = compat::make_tcp_store(host, options);
-      store->setTimeout(deadline);
-      const std::vector<uint8_t> value = store->get(kProofKey);
-      proof.assign(value.begin(), value.end());
-    } catch (const std::exception&) {
-      proof.clear();
-    }
-    const std::lock_guard<std::mutex> lock(attempt->mutex);
-    attempt->store = std::move(store);
-    attempt->proof = std::move(proof);
-    attempt->done = true;
-    attempt->done_cv.notify_all();
-  }).detach();
-  std::unique_lock<std::mutex> lock(attempt->mutex);
-  // The client's own timeouts come first; this bound is for the wait that has none.
-  if (!attempt->done_cv.wait_for(lock, deadline + std::chrono::seconds(2), [&] { return attempt->done; })) return {};
-  return {attempt->store, attempt->proof};
-}
-
-compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds timeout) {
+// The store of the job's keys: rank 0 hosts it and publishes its proof; the others use it once it has proven
+// itself. Either way the store returned holds every key under the job's secret prefix (store_auth.hpp).
+compat::StorePtr make_store(Launch& launch, std::chrono::milliseconds timeout) {
   if (launch.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(launch.master_port);
-  options.isServer = launch.rank == 0;
-  options.numWorkers = static_cast<std::size_t>(launch.world_size);
-  options.waitWorkers = false;  // the ranks meet in the process group's own rendezvous, after the proof
-  options.timeout = timeout;
   if (launch.rank == 0) {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(launch.master_port);
+    options.isServer = true;
+    options.numWorkers = static_cast<std::size_t>(launch.world_size);
+    options.waitWorkers = false;  // the ranks meet in the process group's own rendezvous, after the proof
+    options.timeout = timeout;
     compat::StorePtr store;
     try {
       store = compat::make_tcp_store(launch.master_addr, options);
@@ -147,23 +92,18 @@ compat::StorePtr make_store(const Launch& launch, std::chrono::milliseconds time
                                port_advice(launch));
     }
     // The port the kernel picked when MASTER_PORT was 0 (OpenMPI launches): the one the others will be told.
-    Launch bound = launch;
-    bound.master_port = static_cast<c10d::TCPStore&>(*store).getPort();
-    const std::string proof = store_proof(bound);
-    store->set(kProofKey, std::vector<uint8_t>(proof.begin(), proof.end()));
-    return store;
+    launch.master_port = static_cast<c10d::TCPStore&>(*store).getPort();
+    return publish_proof(store, launch);
   }
   wait_for_listener(launch, timeout);
   const auto proof_wait = std::min<std::chrono::milliseconds>(timeout, kProofWait);
-  options.timeout = proof_wait;
-  auto [store, proof] = read_proof(launch.master_addr, options, proof_wait);
-  if (proof != store_proof(launch)) {
+  compat::StorePtr store = connect_verified(launch, proof_wait, timeout);
+  if (!store) {
     throw std::runtime_error("rank " + std::to_string(launch.rank) + ": the rendezvous store at " + where +
                              " did not prove within " + seconds(proof_wait) + " that it is this job's rank 0" +
                              (launch.job_key.empty() ? "" : " (DDP_JOB_KEY)") + port_advice(launch) +
                              ", or rank 0 failed first");
   }
-  store->setTimeout(timeout);
   return store;
 }
 
@@ -193,8 +133,7 @@ compat::ProcessGroupPtr make_group(Launch& launch, const std::string& backend, s
     // MPI where it is: no other process can take the port in between.
     if (launch.rank == 0) {
       launch.master_addr = advertised_address(launch.socket_ifnames);
-      store = make_store(launch, timeout);
-      launch.master_port = static_cast<c10d::TCPStore&>(*store).getPort();
+      store = make_store(launch, timeout);  // sets master_port to the port bound
     }
     share_master_over_mpi(launch);
   }
@@ -255,6 +194,21 @@ std::string broadcast_string(const Distributed& dist, const std::string& text, i
   collective_on_device(dist, bytes, true, root);
   const auto* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
   return std::string(data, data + bytes.numel());
+}
+
+ByteView broadcast_bytes(const Distributed& dist, const ByteView& bytes, int root) {
+  constexpr int64_t kPiece = int64_t{64} << 20;
+  at::Tensor length = at::tensor({static_cast<int64_t>(bytes.size)}, at::kLong);
+  collective_on_device(dist, length, true, root);
+  const int64_t size = length.item<int64_t>();
+  std::vector<char> received(dist.rank == root ? 0 : static_cast<std::size_t>(size));
+  // The root's bytes are only read: a broadcast sends from the root's tensor.
+  char* data = dist.rank == root ? const_cast<char*>(bytes.data) : received.data();
+  for (int64_t offset = 0; offset < size; offset += kPiece) {
+    at::Tensor piece = at::from_blob(data + offset, {std::min(kPiece, size - offset)}, at::kByte);
+    collective_on_device(dist, piece, true, root);
+  }
+  return dist.rank == root ? bytes : bytes_in_memory(std::move(received));
 }
 
 void all_reduce_sum(const Distributed& dist, at::Tensor& tensor) { collective_on_device(dist, tensor, false); }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/mapped_file.hpp"
 #include "launch.hpp"
 
 namespace ddp::runtime {
@@ -35,6 +36,10 @@ c10::Device device_for(const std::string& backend, int local_rank, int visible_g
 
 // The text of rank `root` on every rank.
 std::string broadcast_string(const Distributed& dist, const std::string& text, int root = 0);
+
+// The bytes of rank `root` on every rank (`bytes` is read on the root only), sent in pieces of at most 64 MiB so
+// that a large file needs no tensor of its size on a GPU.
+ByteView broadcast_bytes(const Distributed& dist, const ByteView& bytes, int root = 0);
 
 // Sums a small CPU tensor over all ranks, in place.
 void all_reduce_sum(const Distributed& dist, at::Tensor& tensor);

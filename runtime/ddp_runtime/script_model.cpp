@@ -19,7 +19,7 @@
 namespace ddp::runtime {
 namespace {
 
-const char kSaveHint[] =
+const char kModelSaveHint[] =
     "save the model with torch.jit.script(model).save(path) or torch.jit.trace(model, example).save(path)";
 
 // Module::save writes to a stream; this one goes straight into the atomic file.
@@ -88,7 +88,7 @@ bool is_tensor(const c10::TypePtr& type) { return type->kind() == c10::TypeKind:
 // forward(self, x: Tensor, <arguments with defaults>) -> Tensor
 void check_forward(const torch::jit::Module& module, const std::string& path) {
   const auto forward = module.find_method("forward");
-  if (!forward) throw Error(path + " is a TorchScript module without a forward method; " + kSaveHint);
+  if (!forward) throw Error(path + " is a TorchScript module without a forward method; " + kModelSaveHint);
   const c10::FunctionSchema& schema = forward->function().getSchema();
   const auto& arguments = schema.arguments();
   bool fits = arguments.size() >= 2 && is_tensor(arguments[1].type());
@@ -108,7 +108,7 @@ void check_forward(const torch::jit::Module& module, const std::string& path) {
 std::unique_ptr<Model> load_script_model(const std::string& path) {
   struct stat info;
   if (stat(path.c_str(), &info) != 0) throw Error("--model " + path + ": " + std::strerror(errno));
-  if (!S_ISREG(info.st_mode)) throw Error("--model " + path + " is not a file; " + kSaveHint);
+  if (!S_ISREG(info.st_mode)) throw Error("--model " + path + " is not a file; " + kModelSaveHint);
   // The graph executor's optimisations (profiling, then differentiable subgraphs) change how gradients are
   // computed after the first runs, so that a resumed run would not repeat the bits of an uninterrupted one.
   torch::jit::setGraphExecutorOptimize(false);
@@ -119,7 +119,8 @@ std::unique_ptr<Model> load_script_model(const std::string& path) {
     const std::string why = error_summary(e);
     const bool weights_only = why.find("constants.pkl") != std::string::npos;
     throw Error(path + " is not a TorchScript module (" +
-                (weights_only ? std::string("it looks like tensors saved by torch.save") : why) + "); " + kSaveHint);
+                (weights_only ? std::string("it looks like tensors saved by torch.save") : why) + "); " +
+                kModelSaveHint);
   }
   check_forward(module, path);
   module.train(true);

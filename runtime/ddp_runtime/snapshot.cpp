@@ -274,13 +274,13 @@ SnapshotContent from_dict(const GenericDict& dict, const std::string& path) {
   return c;
 }
 
-// The whole file, read once: the tensors read from it alias these bytes.
-std::vector<char> file_bytes(const SnapshotFile& file) {
+// The whole file, read once: the tensors read from it alias these bytes. Throws SnapshotUnreadable on a read error.
+ByteView file_bytes(const SnapshotFile& file) {
   std::vector<char> bytes(static_cast<std::size_t>(file.size()));
   if (file.read_some(0, bytes.data(), bytes.size()) != bytes.size()) {
-    throw SnapshotCorrupt(file.path() + " could not be read whole (it shrank, or an I/O error)");
+    throw SnapshotCorrupt(file.path() + " is not a whole snapshot: it ends before the size it had when opened");
   }
-  return bytes;
+  return bytes_in_memory(std::move(bytes));
 }
 
 // Reuses the slot when the shape and type still fit: only the first snapshot pays for fresh memory.
@@ -345,9 +345,7 @@ SnapshotContent read_snapshot(const ByteView& bytes, const std::string& path) {
   }
 }
 
-SnapshotContent read_snapshot(const SnapshotFile& file) {
-  return read_snapshot(bytes_in_memory(file_bytes(file)), file.path());
-}
+SnapshotContent read_snapshot(const SnapshotFile& file) { return load_snapshot(file).content; }
 
 std::vector<char> snapshot_bytes(const SnapshotContent& content) {
   std::vector<char> bytes;
@@ -359,6 +357,12 @@ std::vector<char> snapshot_bytes(const SnapshotContent& content) {
 }
 
 SnapshotContent read_snapshot(const std::string& path) { return read_snapshot(SnapshotFile::open(path)); }
+
+LoadedSnapshot load_snapshot(const SnapshotFile& file) {
+  ByteView bytes = file_bytes(file);
+  SnapshotContent content = read_snapshot(bytes, file.path());
+  return LoadedSnapshot{file.path(), std::move(content), std::move(bytes)};
+}
 
 std::string model_fingerprint(const NamedTensors& model_state) {
   std::ostringstream text;
@@ -381,13 +385,13 @@ SnapshotStore::SnapshotStore(const std::string& dir, int keep, const std::string
 std::optional<LoadedSnapshot> SnapshotStore::resume() {
   for (auto it = kept_.begin(); it != kept_.end();) {
     try {
-      SnapshotContent content = read_snapshot(files_.open(it->name));
-      if (content.run_id != it->name.run_id) {
-        throw SnapshotCorrupt(files_.path_of(it->name) + " holds run " + quote(content.run_id) +
+      LoadedSnapshot loaded = load_snapshot(files_.open(it->name));
+      if (loaded.content.run_id != it->name.run_id) {
+        throw SnapshotCorrupt(loaded.path + " holds run " + quote(loaded.content.run_id) +
                               ", not the run its name says");
       }
       it->verified = true;
-      return LoadedSnapshot{files_.path_of(it->name), std::move(content)};
+      return loaded;
     } catch (const SnapshotCorrupt& e) {
       warn_(std::string("snapshot ") + e.what() + "; " + set_aside(it->name) + ", an older one is tried");
       it = kept_.erase(it);
@@ -449,6 +453,8 @@ void SnapshotStore::prune() {
       files_.remove(old.name);
     } catch (const SnapshotCorrupt& e) {
       warn_(std::string("snapshot ") + e.what() + "; " + set_aside(old.name));
+    } catch (const SnapshotUnreadable& e) {
+      warn_(std::string(e.what()) + " (it was to be removed as the oldest)");
     }
   }
 }

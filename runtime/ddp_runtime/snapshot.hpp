@@ -88,10 +88,11 @@ struct SnapshotContent {
 };
 
 // Reads the whole snapshot with one copy of its tensors in memory. Anything that does not load, lacks a field,
-// has a malformed one or fails its checksum throws SnapshotCorrupt.
+// has a malformed one or fails its checksum throws SnapshotCorrupt; an error the system reports while reading
+// throws SnapshotUnreadable (snapshot_files.hpp).
 SnapshotContent read_snapshot(const SnapshotFile& file);
 SnapshotContent read_snapshot(const std::string& path);
-// The same from a snapshot's bytes already in memory; `path` names them in messages.
+// The same from a snapshot file's bytes already in memory (as rank 0 read them); `path` names them in messages.
 SnapshotContent read_snapshot(const ByteView& bytes, const std::string& path);
 // A snapshot's bytes, as a file would hold them: what a rank sends a peer that must take its state.
 std::vector<char> snapshot_bytes(const SnapshotContent& content);
@@ -99,7 +100,9 @@ std::vector<char> snapshot_bytes(const SnapshotContent& content);
 struct LoadedSnapshot {
   std::string path;
   SnapshotContent content;
+  ByteView bytes;  // the file as it was read, which the content's tensors alias: what rank 0 hands the others
 };
+LoadedSnapshot load_snapshot(const SnapshotFile& file);
 using Warn = std::function<void(const std::string& message)>;
 
 std::string model_fingerprint(const NamedTensors& model_state);

@@ -29,6 +29,15 @@ std::string system_error(const std::string& what, const std::string& path) {
   return what + " " + path + ": " + std::strerror(errno);
 }
 
+// One line naming the file and the error, for a start that fails so that a restart tries again.
+SnapshotUnreadable unreadable(const std::string& what, const std::string& path) {
+  const int error = errno;
+  return SnapshotUnreadable("cannot " + what + " snapshot " + path + ": " + std::strerror(error) + " (errno " +
+                            std::to_string(error) +
+                            "); it is left as it is: fix the file system or wait for it, then run the same command "
+                            "again (ddp-restart does)");
+}
+
 std::string parent_dir(const std::string& path) {
   const std::size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
@@ -257,7 +266,7 @@ std::vector<ZipRecord> read_zip_directory(uint64_t file_size, const ReadAt& read
 
 SnapshotFile::SnapshotFile(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {
   struct stat info = {};
-  if (fstat(fd_.get(), &info) != 0) throw SnapshotCorrupt(system_error("cannot examine", path_));
+  if (fstat(fd_.get(), &info) != 0) throw unreadable("examine", path_);
   if (!S_ISREG(info.st_mode)) {
     throw SnapshotCorrupt(path_ + " is not a regular file (a FIFO, a device or a socket); name a snapshot file");
   }
@@ -274,7 +283,8 @@ SnapshotFile::SnapshotFile(std::string path, UniqueFd fd) : path_(std::move(path
 SnapshotFile SnapshotFile::open(const std::string& path) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; what is not a regular file is refused right after.
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
-  if (!fd) throw SnapshotCorrupt(system_error("cannot open", path));
+  if (!fd && (errno == ENOENT || errno == ENOTDIR)) throw SnapshotCorrupt(system_error("cannot open", path));
+  if (!fd) throw unreadable("open", path);
   return SnapshotFile(path, std::move(fd));
 }
 
@@ -282,7 +292,7 @@ SnapshotFile SnapshotFile::open_in(int dir_fd, const std::string& dir, const std
   const std::string path = join_path(dir, name);
   UniqueFd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW));
   if (!fd && errno == ELOOP) throw SnapshotCorrupt(path + " is a symbolic link, not a snapshot");
-  if (!fd) throw SnapshotCorrupt(system_error("cannot open", path));
+  if (!fd) throw unreadable("open", path);
   return SnapshotFile(path, std::move(fd));
 }
 
@@ -292,7 +302,8 @@ std::size_t SnapshotFile::read_some(uint64_t offset, void* buffer, std::size_t n
     const ssize_t got =
         pread(fd_.get(), static_cast<char*>(buffer) + done, n - done, static_cast<off_t>(offset + done));
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
+    if (got < 0) throw unreadable("read", path_);
+    if (got == 0) break;
     done += static_cast<std::size_t>(got);
   }
   return done;

@@ -19,9 +19,17 @@
 
 namespace ddp::runtime {
 
-// A snapshot that cannot be used: not a regular file, truncated, inconsistent, failing its checksum, or not what
-// its name says.
+// A snapshot that cannot be used for what it holds: not a regular file, truncated, inconsistent, failing its
+// checksum, or not what its name says. Such a file is set aside and the previous snapshot tried.
 class SnapshotCorrupt : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A snapshot that could not be read for a reason outside the file: an error the system reported (EIO, ETIMEDOUT on
+// a soft NFS mount, ESTALE after a failover, EMFILE). The file may be whole: it is left as it is and the start
+// fails, naming the file and the error, so that a restart tries it again.
+class SnapshotUnreadable : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -53,16 +61,18 @@ std::vector<ZipRecord> read_zip_directory(uint64_t file_size, const ReadAt& read
 
 // A snapshot open for reading: a regular file (never a FIFO, a device or, in the snapshot directory, a symbolic
 // link) whose size its zip directory accounts for, so that a reader allocates no more than the file holds.
+// What the file holds throws SnapshotCorrupt; what the system reports (open, fstat, pread) SnapshotUnreadable.
 class SnapshotFile {
  public:
-  // A file the user named (--resume): links are followed, the target must be a regular file. Throws SnapshotCorrupt.
+  // A file the user named (--resume): links are followed, the target must be a regular file; a path that names
+  // nothing is SnapshotCorrupt (bad input), other errors of open SnapshotUnreadable.
   static SnapshotFile open(const std::string& path);
-  // A file in a snapshot directory held open: never through a link. Throws SnapshotCorrupt.
+  // A file in a snapshot directory held open: never through a link (a link is SnapshotCorrupt).
   static SnapshotFile open_in(int dir_fd, const std::string& dir, const std::string& name);
 
   const std::string& path() const { return path_; }
   uint64_t size() const { return size_; }
-  // Up to n bytes at offset; fewer only at the end of the file or on a read error.
+  // Up to n bytes at offset; fewer only at the end of the file. A read error throws SnapshotUnreadable.
   std::size_t read_some(uint64_t offset, void* buffer, std::size_t n) const;
 
  private:

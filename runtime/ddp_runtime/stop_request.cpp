@@ -3,14 +3,21 @@
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <initializer_list>
 
 namespace ddp::runtime {
 namespace {
 
-std::atomic<bool> requested{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+std::atomic<int> first_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
-void on_signal(int) { requested.store(true, std::memory_order_relaxed); }
+void on_signal(int signal) {
+  int none = 0;
+  if (first_signal.compare_exchange_strong(none, signal) || signal != SIGINT) return;
+  // Ctrl-C again: the user will not wait for the step boundary (a rank stuck in its rendezvous, say).
+  std::signal(SIGINT, SIG_DFL);
+  std::raise(SIGINT);
+}
 
 }  // namespace
 
@@ -20,13 +27,22 @@ void install_signal_handlers() {
   action.sa_handler = on_signal;
   action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
-  sigaction(SIGUSR2, &action, nullptr);
+  for (const int signal : {SIGUSR2, SIGTERM, SIGINT}) sigaction(signal, &action, nullptr);
   // A write to a peer that died must fail with EPIPE, which the collective reports, rather than kill this rank
   // without a word (Python, and so Python DDP, ignores SIGPIPE too).
   action.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &action, nullptr);
 }
 
-bool stop_requested() { return requested.load(std::memory_order_relaxed); }
+bool stop_requested() { return first_signal.load(std::memory_order_relaxed) != 0; }
+
+const char* stop_signal_name() {
+  switch (first_signal.load(std::memory_order_relaxed)) {
+    case SIGUSR2: return "SIGUSR2";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    default: return "";
+  }
+}
 
 }  // namespace ddp::runtime

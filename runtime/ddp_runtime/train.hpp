@@ -53,7 +53,8 @@
 
 namespace ddp::runtime {
 
-// Exit status after a stop request (SIGUSR2) was honoured with a snapshot: EX_TEMPFAIL, "try again later".
+// Exit status after a stop request (SIGUSR2, SIGTERM, SIGINT) was honoured with a snapshot: EX_TEMPFAIL, "try
+// again later"; ddp-restart requeues the job on it.
 constexpr int kExitStopped = 75;
 
 using JobFactory = std::function<TrainingJob(const TrainOptions& options)>;

@@ -20,6 +20,7 @@
 #include <optional>
 #include <sstream>
 
+#include "container.hpp"
 #include "ddp_runtime/distributed_model.hpp"
 #include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/failure_report.hpp"
@@ -32,6 +33,7 @@
 #include "ddp_runtime/snapshot.hpp"
 #include "ddp_runtime/stop_request.hpp"
 #include "ddp_runtime/straggler.hpp"
+#include "ddp_runtime/tensor_text.hpp"
 #include "ddp_runtime/train.hpp"
 #include "error.hpp"
 #include "json_string.hpp"
@@ -100,18 +102,6 @@ std::string duration_text(double seconds) {
   return text;
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-std::string sizes_text(const at::Tensor& tensor) {
-  std::ostringstream text;
-  text << tensor.sizes();
-  return text.str();
-}
-
-std::string describe(const at::Tensor& tensor) {
-  return sizes_text(tensor) + " " + std::string(c10::toString(tensor.scalar_type()));
-}
-
 NamedTensors model_state(Model& model) {
   NamedTensors state = model.named_parameters();
   for (auto& buffer : model.named_buffers()) state.push_back(std::move(buffer));
@@ -137,9 +127,9 @@ void limit_threads(const Launch& launch) {
 
 void check_loss_fits(const TrainingJob& job, const at::Tensor& output, const at::Tensor& targets) {
   const std::string loss = std::string("--loss ") + to_string(job.loss);
-  const std::string outputs = job.model_name + " outputs " + describe(output) + " for a batch of " +
+  const std::string outputs = job.model_name + " outputs " + tensor_text(output) + " for a batch of " +
                               std::to_string(targets.size(0)) + " and the targets 'y' of " + job.data->name() +
-                              " are " + describe(targets);
+                              " are " + tensor_text(targets);
   if (!output.is_floating_point()) throw Error(outputs + "; a loss needs floating-point outputs");
   if (job.loss == LossKind::MeanSquaredError) {
     if (!targets.is_floating_point() || targets.sizes() != output.sizes()) {
@@ -190,7 +180,7 @@ void check_job(TrainingJob& job, const TrainOptions& options, c10::Device device
     throw;
   } catch (const std::exception& e) {
     throw Error(job.model_name + " fails on the inputs 'x' of " + job.data->name() + " (a batch of " +
-                describe(batch.inputs) + "): " + error_summary(e));
+                tensor_text(batch.inputs) + "): " + error_summary(e));
   }
   job.model->train(true);
   const at::Tensor targets = batch.targets.to(device);
@@ -199,7 +189,7 @@ void check_job(TrainingJob& job, const TrainOptions& options, c10::Device device
     compute_loss(job.loss, output, targets);
   } catch (const c10::Error& e) {
     throw Error(std::string("--loss ") + to_string(job.loss) + " does not fit " + job.model_name + "'s output " +
-                describe(output) + " and the targets " + describe(targets) + " of " + job.data->name() + ": " +
+                tensor_text(output) + " and the targets " + tensor_text(targets) + " of " + job.data->name() + ": " +
                 error_summary(e));
   }
 }
@@ -250,8 +240,9 @@ void check_fits(const NamedTensors& model, const LoadedSnapshot& snapshot, const
     const at::Tensor* saved = find_tensor(snapshot.content.model_state, name);
     if (saved == nullptr) throw Error("snapshot " + snapshot.path + " has no tensor '" + name + "' of the model" + fix);
     if (saved->sizes() != tensor.sizes()) {
-      throw Error("snapshot " + snapshot.path + " does not fit the model: '" + name + "' is " + sizes_text(*saved) +
-                  " in the snapshot but " + sizes_text(tensor) + " in the model" + fix);
+      throw Error("snapshot " + snapshot.path + " does not fit the model: '" + name + "' is " +
+                  shape_text(saved->sizes()) + " in the snapshot but " + shape_text(tensor.sizes()) + " in the model" +
+                  fix);
     }
   }
   for (const auto& [name, tensor] : snapshot.content.model_state) {
@@ -264,14 +255,16 @@ void check_fits(const NamedTensors& model, const LoadedSnapshot& snapshot, const
 std::optional<LoadedSnapshot> find_start(const TrainOptions& options, SnapshotStore& store) {
   if (options.resume.empty()) return store.resume();
   try {
-    return LoadedSnapshot{options.resume, read_snapshot(options.resume)};
+    return load_snapshot(SnapshotFile::open(options.resume));
   } catch (const SnapshotCorrupt& e) {
     throw Error(std::string("--resume: ") + e.what() + "; name a snapshot that ddp-train or the seed script wrote");
   }
 }
 
 // Rank 0 opens the snapshot directory and picks the snapshot every rank starts from; a failure there stops every
-// rank with rank 0's message instead of leaving the others waiting in the first collective.
+// rank with rank 0's message instead of leaving the others waiting in the first collective. The others receive the
+// bytes rank 0 read, never the file by its path: what sits at that path for them (another node's view of the
+// directory, or a file swapped since rank 0 read it) cannot feed them another state.
 std::optional<LoadedSnapshot> agree_on_start(const Distributed& dist, const TrainOptions& options,
                                              std::unique_ptr<SnapshotStore>& store, Console& console) {
   std::optional<LoadedSnapshot> loaded;
@@ -292,12 +285,14 @@ std::optional<LoadedSnapshot> agree_on_start(const Distributed& dist, const Trai
   if (decision.front() == 'E') throw Error(decision.substr(1));
   if (decision.front() == 'F') throw std::runtime_error(decision.substr(1));
   const std::string path = decision.substr(1);
-  if (path.empty() || loaded) return loaded;
+  if (path.empty()) return loaded;
+  const ByteView bytes = broadcast_bytes(dist, loaded ? loaded->bytes : ByteView());
+  if (loaded) return loaded;
   try {
-    return LoadedSnapshot{path, read_snapshot(path)};
+    return LoadedSnapshot{path, read_snapshot(bytes, path), bytes};
   } catch (const SnapshotCorrupt& e) {
     throw std::runtime_error("rank " + std::to_string(dist.rank) +
-                             " cannot read the snapshot rank 0 chose: " + e.what());
+                             " cannot read the snapshot rank 0 sent: " + e.what());
   }
 }
 
@@ -668,8 +663,10 @@ int Trainer::train(const std::optional<Regrouped>& joined) {
     }
     at::Tensor done = at::zeros({1}, at::kDouble);
     all_reduce_sum(dist_, done);  // no rank exits before rank 0's snapshot is durable
+    const std::string signal = stop_signal_name();
     console_.line(rank_label() + " Stopped at epoch " + std::to_string(progress_.epochs_run) + ", batch " +
-                  std::to_string(progress_.batches_done) + " on request (SIGUSR2); run the same command to resume");
+                  std::to_string(progress_.batches_done) + " on request" + (signal.empty() ? "" : " (" + signal + ")") +
+                  "; run the same command to resume");
     return kExitStopped;
   }
   const double seconds = Seconds(Clock::now() - start).count();
@@ -1013,7 +1010,16 @@ int run_main(int argc, char** argv, const JobFactory& make_job, const std::strin
       std::fputs(train_usage(), stdout);
       return 0;
     }
-    return run_training(options, launch_from_environment(env), make_job);
+    const Launch launch = launch_from_environment(env);
+    // Before the first step: a snapshot directory srun --ddp made that this container cannot see would take the
+    // run's snapshots with it; a binding the container runtime reset is applied again.
+    require_prepared_dir(options.snapshot_dir, env);
+    if (const auto rebound = restore_cpu_binding(env); rebound && launch.local_rank == 0) {
+      std::fprintf(stderr,
+                   "%s: the container runtime reset the CPU binding srun --ddp chose (to %s): bound to %s again\n",
+                   program.c_str(), rebound->before.c_str(), rebound->after.c_str());
+    }
+    return run_training(options, launch, make_job);
   } catch (const Error& e) {
     return fail(program, 2, e.what());
   } catch (const std::exception& e) {

@@ -18,6 +18,12 @@
 #                        upgrading, or when ddp.so sits on shared storage that a node may reach late.
 # Running it twice changes nothing: files are only written when their content differs. It refuses to install
 # a plugin built against headers of another Slurm version than the srun it finds.
+# Order: ddp.so must come after pyxis in the plugin stack. pyxis's task_init imports its container's environment
+# into every task over what is there (and enroot's pytorch hook puts MASTER_ADDR, MASTER_PORT and WORLD_SIZE
+# into that environment); ddp.so after it sets the contract last, inside the container's view. Slurm reads an
+# include directory in sorted order, so the snippet is plugstack.conf.d/zz-ddp.conf (after pyxis.conf), and a
+# ddp.so line in plugstack.conf itself goes last. An order that would let pyxis win is refused by ddp.so at every
+# step that asks for a container.
 set -euo pipefail
 
 SOURCE=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,7 +41,7 @@ parse_args() {
       --plugstack) plugstack=${2:?--plugstack needs a file}; shift 2 ;;
       --build-dir) build_dir=${2:?--build-dir needs a directory}; shift 2 ;;
       --optional) mode=optional; shift ;;
-      -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+      -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
       *=*) args+=("$1"); shift ;;
       *) die "unknown argument '$1'; see --help" ;;
     esac
@@ -116,13 +122,28 @@ write_if_changed() {
   fi
 }
 
+# Processes that run a step (srun, slurmstepd on every node) map ddp.so, often from a PluginDir on shared storage.
+# The live file is never written to: the new one is written under a name of its own and renamed over it, in one
+# step. Its inode keeps a name too (ddp.so.<its SHA-256 prefix>): NFS removes a replaced file's inode at the server
+# once no name is left, and a process on another node mapping it would die of SIGBUS at its next page fault. The
+# five newest such copies are kept (a step started before five installs has long reloaded).
 install_plugin() {
-  if cmp -s "$built_plugin" "$plugin_dir/ddp.so"; then
-    say "unchanged: $plugin_dir/ddp.so"
-  else
-    install -m 0755 "$built_plugin" "$plugin_dir/ddp.so.new" && mv "$plugin_dir/ddp.so.new" "$plugin_dir/ddp.so"
-    say "installed: $plugin_dir/ddp.so"
+  local live=$plugin_dir/ddp.so new old
+  if cmp -s "$built_plugin" "$live"; then
+    say "unchanged: $live"
+    return
   fi
+  new=$(mktemp "$plugin_dir/.ddp.so.XXXXXX")
+  cat "$built_plugin" >"$new"
+  chmod 0755 "$new"
+  if [ -f "$live" ]; then
+    old=$plugin_dir/ddp.so.$(sha256sum "$live" | cut -c1-16)
+    [ -e "$old" ] || ln "$live" "$old"
+  fi
+  mv -f "$new" "$live"
+  find "$plugin_dir" -maxdepth 1 -name 'ddp.so.????????????????' -printf '%T@ %p\n' | sort -rn | tail -n +6 |
+    cut -d' ' -f2- | while IFS= read -r copy; do rm -f "$copy"; done
+  say "installed: $live${old:+ (the previous one stays as $old for the processes that map it)}"
 }
 
 configure_plugstack() {
@@ -131,11 +152,26 @@ configure_plugstack() {
   include_dir=$(sed -n -E 's/^[[:space:]]*include[[:space:]]+(.*)\/\*(\.conf)?[[:space:]]*$/\1/p' "$plugstack" | head -n 1)
   if [ -n "$include_dir" ]; then
     mkdir -p "$include_dir"
-    write_if_changed "$include_dir/ddp.conf" "$line"
+    write_if_changed "$include_dir/zz-ddp.conf" "$line"
+    # Earlier versions wrote ddp.conf, which sorts before pyxis.conf; two ddp.so lines would clash.
+    if [ -f "$include_dir/ddp.conf" ] && grep -q '/ddp\.so\([[:space:]]\|$\)' "$include_dir/ddp.conf"; then
+      rm -f "$include_dir/ddp.conf"
+      say "removed: $include_dir/ddp.conf (now zz-ddp.conf, after pyxis.conf)"
+    fi
+    check_order "$include_dir"
   else
     # No include directory: keep exactly one ddp.so line in plugstack.conf itself.
     write_if_changed "$plugstack" "$(grep -v '/ddp\.so\([[:space:]]\|$\)' "$plugstack"; echo "$line")"
   fi
+}
+
+# A file of the include directory that sorts after zz-ddp.conf and loads pyxis would import its container's
+# environment over ddp.so's: said, not fixed (the admin named it).
+check_order() {
+  local later
+  later=$(find "$1" -maxdepth 1 -name '*.conf' 2>/dev/null | LC_ALL=C sort |
+    LC_ALL=C awk -v ddp="$1/zz-ddp.conf" '$0 > ddp' | xargs -r grep -l 'pyxis' 2>/dev/null || true)
+  [ -z "$later" ] || say "warning: $later loads pyxis after zz-ddp.conf; rename it to sort before zz-ddp.conf, or ddp.so refuses every --ddp step in a pyxis container"
 }
 
 verify() {

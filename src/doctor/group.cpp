@@ -113,7 +113,8 @@ Meeting meet(Launch launch, const TimeBudget& budget, const MasterSharer& share)
   std::unique_ptr<StoreServer> server;
   if (launch.rank == 0) {
     try {
-      server = std::make_unique<StoreServer>(shared ? 0 : launch.master_port, launch.run_id, launch.world_size);
+      server = std::make_unique<StoreServer>(shared ? 0 : launch.master_port, launch.run_id, launch.world_size,
+                                             launch.job_key);
     } catch (const NetError& e) {
       throw ExchangeError(std::string(e.what()) + "; another program holds MASTER_PORT on rank 0's node: choose " +
                           "another port (srun --ddp-port=N, or MASTER_PORT)");
@@ -123,7 +124,7 @@ Meeting meet(Launch launch, const TimeBudget& budget, const MasterSharer& share)
   if (shared) share(launch);
   const std::string description =
       launch.source == LaunchSource::OpenMpi ? "mpi" : "tcp " + host_port(launch.master_addr, launch.master_port);
-  const Greeting greeting{launch.run_id, launch.world_size, launch.rank};
+  const Greeting greeting{launch.run_id, launch.world_size, launch.rank, launch.job_key};
   auto store = std::make_unique<StoreClient>(launch.rank == 0 ? "127.0.0.1" : launch.master_addr, launch.master_port,
                                              greeting, timeout);
   std::vector<int> members;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "doctor/clock.hpp"
+#include "doctor/container_check.hpp"
 #include "doctor/cpu.hpp"
 #include "doctor/gpu.hpp"
 #include "doctor/interface.hpp"
@@ -64,6 +65,13 @@ bool passed(const std::vector<CheckResult>& results, const std::string& check) {
   return false;
 }
 
+bool failed(const std::vector<CheckResult>& results, const std::string& check) {
+  for (const auto& r : results) {
+    if (r.check == check) return r.status == Status::Fail;
+  }
+  return false;
+}
+
 CheckResult write_bandwidth(const DoctorRun& run, const std::string& dir) {
   const uint64_t bytes = run.options.quick ? 16u << 20 : 256u << 20;
   report_progress(run, "writing up to " + format_bytes(bytes) + " with fsync to " + dir);
@@ -94,8 +102,12 @@ std::vector<CheckResult> gpu_driver_checks(const DoctorRun& run) {
 }
 
 std::vector<CheckResult> node_leader_checks(const DoctorRun& run) {
-  const NodeCheckRequest request = node_request(run);
-  std::vector<CheckResult> results = run_node_checks(request);
+  NodeCheckRequest request = node_request(run);
+  std::vector<CheckResult> results = container_checks(run.env, request.snapshot_dir);
+  // The storage checks would create a missing directory: in a container that does not mount it, on the
+  // container's own file system.
+  if (failed(results, "container.snapshot_dir")) request.snapshot_dir.clear();
+  append(results, run_node_checks(request));
   append(results, gpu_driver_checks(run));
   if (run.topology_checks) append(results, run.topology_checks(run.env));
   if (passed(results, "storage.dir")) results.push_back(write_bandwidth(run, request.snapshot_dir));

@@ -3,20 +3,53 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <nettle/hmac.h>
+
 #include <algorithm>
 #include <thread>
+
+#include "ports.hpp"
 
 namespace ddp::doctor {
 namespace {
 
-constexpr const char* kHello = "ddp-doctor/2";
+constexpr const char* kHello = "ddp-doctor/3";
 constexpr size_t kMaxGreeting = 4096;
-constexpr size_t kSpareConnections = 64;        // beyond the ranks: more strangers are turned away at once
 constexpr auto kIdle = std::chrono::hours(24);  // between a rank's requests: until it or the server ends
 constexpr auto kRetryPause = std::chrono::milliseconds(100);
 constexpr auto kLateReply = std::chrono::seconds(1);  // a get's "timeout" may come this much after its deadline
 
+// Proofs are compared in time that does not depend on where they differ.
+bool same_proof(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return differ == 0;
+}
+
+// 128 random bits, as a job's key is made.
+std::string new_nonce() { return new_job_key(); }
+
 }  // namespace
+
+std::string greeting_proof(const std::string& job_key, const std::string& side,
+                           const std::vector<std::string>& fields) {
+  WireWriter message;
+  message.put(kHello).put(side);
+  for (const std::string& field : fields) message.put(field);
+  hmac_sha256_ctx context;
+  hmac_sha256_set_key(&context, job_key.size(), reinterpret_cast<const uint8_t*>(job_key.data()));
+  hmac_sha256_update(&context, message.bytes().size(), reinterpret_cast<const uint8_t*>(message.bytes().data()));
+  uint8_t digest[SHA256_DIGEST_SIZE];
+  hmac_sha256_digest(&context, sizeof digest, digest);
+  static const char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (const uint8_t byte : digest) {
+    hex += kDigits[byte >> 4];
+    hex += kDigits[byte & 15];
+  }
+  return hex;
+}
 
 int64_t wall_clock_ns() {
   timespec now{};
@@ -24,11 +57,12 @@ int64_t wall_clock_ns() {
   return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
 }
 
-StoreServer::StoreServer(uint16_t port, std::string run_id, int world_size)
+StoreServer::StoreServer(uint16_t port, std::string run_id, int world_size, std::string job_key)
     : listener_(Socket::listen_on("", port)),
       port_(listener_.local_port()),
       run_id_(std::move(run_id)),
       world_size_(world_size),
+      job_key_(std::move(job_key)),
       threads_(1) {
   std::thread([this] { accept_connections(); }).detach();
 }
@@ -63,8 +97,16 @@ void StoreServer::accept_connections() {
     } catch (const NetError&) {
     }
     lock.lock();
-    if (!socket.valid() || connections_.size() >= static_cast<size_t>(world_size_) + kSpareConnections) continue;
+    if (!socket.valid()) continue;
+    if (pending_.size() >= kMaxPending) {
+      // The oldest stranger makes room: silent connections never keep a rank out.
+      const auto oldest = std::min_element(pending_.begin(), pending_.end(),
+                                           [](const auto& a, const auto& b) { return a.second < b.second; });
+      shutdown(oldest->first, SHUT_RDWR);
+      pending_.erase(oldest);
+    }
     connections_.insert(socket.fd());
+    pending_.emplace(socket.fd(), arrivals_++);
     ++threads_;
     std::thread([this, s = std::move(socket)]() mutable { serve(std::move(s)); }).detach();
   }
@@ -86,6 +128,7 @@ void StoreServer::serve(Socket socket) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (rank > 0) --connected_ranks_;
   connections_.erase(socket.fd());
+  pending_.erase(socket.fd());
   --threads_;
   changed_.notify_all();
 }
@@ -96,26 +139,41 @@ int StoreServer::admit(const Socket& socket) {
   const std::string run_id = hello.get_text();
   const int64_t world_size = hello.get_int();
   const int64_t rank = hello.get_int();
-  std::string refusal;
+  const std::string client_nonce = hello.get_text();
+  const auto refuse = [&](const std::string& refusal) {
+    socket.send_frame(WireWriter().put("refused").put(refusal).bytes(), Deadline::after(kGreetingWait));
+    return -1;
+  };
+  if (run_id != run_id_) return refuse("it belongs to run " + run_id + ", this is run " + run_id_);
+  if (world_size != world_size_) {
+    return refuse("it says WORLD_SIZE=" + std::to_string(world_size) +
+                  ", rank 0 has WORLD_SIZE=" + std::to_string(world_size_));
+  }
+  if (rank < 0 || rank >= world_size_) return refuse("RANK=" + std::to_string(rank) + " is out of range");
+  const std::string server_nonce = new_nonce();
+  const std::string rank_text = std::to_string(rank);
+  socket.send_frame(WireWriter()
+                        .put("challenge")
+                        .put(server_nonce)
+                        .put(greeting_proof(job_key_, "server", {run_id_, rank_text, client_nonce, server_nonce}))
+                        .bytes(),
+                    Deadline::after(kGreetingWait));
+  WireReader response(socket.recv_frame(Deadline::after(kGreetingWait), kMaxGreeting));
+  const std::string expected = greeting_proof(job_key_, "client", {run_id_, rank_text, client_nonce, server_nonce});
+  if (!same_proof(response.get(), expected)) {
+    return refuse("it cannot prove that it knows this job's key (DDP_JOB_KEY): it is no rank of this job");
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (run_id != run_id_) {
-      refusal = "it belongs to run " + run_id + ", this is run " + run_id_;
-    } else if (world_size != world_size_) {
-      refusal =
-          "it says WORLD_SIZE=" + std::to_string(world_size) + ", rank 0 has WORLD_SIZE=" + std::to_string(world_size_);
-    } else if (rank < 0 || rank >= world_size_) {
-      refusal = "RANK=" + std::to_string(rank) + " is out of range";
-    } else if (!joined_.insert(static_cast<int>(rank)).second) {
-      refusal = "RANK=" + std::to_string(rank) + " connected twice";
-    } else if (rank > 0) {
-      ++connected_ranks_;
+    if (!joined_.insert(static_cast<int>(rank)).second) {
+      return refuse("RANK=" + rank_text + " connected twice");
     }
+    pending_.erase(socket.fd());
+    if (rank > 0) ++connected_ranks_;
     changed_.notify_all();
   }
-  socket.send_frame(refusal.empty() ? WireWriter().put("ok").bytes() : WireWriter().put("refused").put(refusal).bytes(),
-                    Deadline::after(kGreetingWait));
-  return refusal.empty() ? static_cast<int>(rank) : -1;
+  socket.send_frame(WireWriter().put("ok").bytes(), Deadline::after(kGreetingWait));
+  return static_cast<int>(rank);
 }
 
 void StoreServer::answer(const Socket& socket, WireReader& request) {
@@ -168,13 +226,38 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, const Greeting&
                         "or security groups allow TCP port " + std::to_string(port) + " between the nodes?)");
   }
   socket_.set_no_delay();
-  const std::string hello =
-      WireWriter().put(kHello).put(greeting.run_id).put_int(greeting.world_size).put_int(greeting.rank).bytes();
-  WireReader answer(request(hello, Deadline::after(kGreetingWait), "rank 0 at " + where_ + " did not answer"));
-  const std::string verdict = answer.get();
+  const std::string client_nonce = new_nonce();
+  const std::string rank_text = std::to_string(greeting.rank);
+  const std::string hello = WireWriter()
+                                .put(kHello)
+                                .put(greeting.run_id)
+                                .put_int(greeting.world_size)
+                                .put_int(greeting.rank)
+                                .put(client_nonce)
+                                .bytes();
+  const std::string no_answer = "rank 0 at " + where_ + " did not answer";
+  WireReader challenge(request(hello, Deadline::after(kGreetingWait), no_answer));
+  const std::string verdict = challenge.get();
+  if (verdict == "challenge") {
+    const std::string server_nonce = challenge.get();
+    const std::string fields_proof = challenge.get();
+    const std::vector<std::string> fields{greeting.run_id, rank_text, client_nonce, server_nonce};
+    if (!same_proof(fields_proof, greeting_proof(greeting.job_key, "server", fields))) {
+      throw ExchangeError("what answers at " + where_ + " cannot prove that it knows this job's key (DDP_JOB_KEY): " +
+                          "it is not this job's rank 0, another program holds the port; choose another port " +
+                          "(srun --ddp-port=N, or MASTER_PORT)");
+    }
+    const std::string response = WireWriter().put(greeting_proof(greeting.job_key, "client", fields)).bytes();
+    WireReader answer(request(response, Deadline::after(kGreetingWait), no_answer));
+    check_verdict(answer.get(), answer, greeting.rank);
+    return;
+  }
+  check_verdict(verdict, challenge, greeting.rank);
+}
+
+void StoreClient::check_verdict(const std::string& verdict, WireReader& answer, int rank) const {
   if (verdict == "refused") {
-    throw ExchangeError("rank 0 at " + where_ + " refused rank " + std::to_string(greeting.rank) + ": " +
-                        answer.get_text());
+    throw ExchangeError("rank 0 at " + where_ + " refused rank " + std::to_string(rank) + ": " + answer.get_text());
   }
   if (verdict != "ok") throw ExchangeError("rank 0 at " + where_ + " sent an unexpected reply");
 }

@@ -6,6 +6,14 @@
 // Nothing a peer sends is trusted: each connection has a thread of its own, so a stranger that connects and stays
 // silent delays nobody and is dropped after kGreetingWait; a greeting must name this run, its size and a free
 // rank; frames, the store's size and the number of connections are bounded.
+//
+// Anyone who reads squeue knows the run id and size, and anyone on the network can reach the port. So the greeting
+// is a challenge and response under the job's key (DDP_JOB_KEY, which only the job's environment holds): each side
+// sends a random nonce, and each proves it knows the key with an HMAC-SHA-256 over both nonces and the run (nettle).
+// A client that cannot prove it takes no rank slot and can set no key; one that is slow to prove it holds only one of
+// kMaxPending places, the oldest of which a new connection takes: strangers never fill the server. The rank, too,
+// refuses a server that cannot prove it (another program on the port). Without a key (a launch outside srun --ddp)
+// the proofs are ones anyone could compute, as the run had nothing secret to prove.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -26,17 +34,25 @@ inline constexpr auto kGreetingWait = std::chrono::seconds(2);
 
 int64_t wall_clock_ns();  // CLOCK_REALTIME
 
-// What a client says first: this run's id (TORCHELASTIC_RUN_ID), its size and the client's rank.
+inline constexpr size_t kMaxPending = 64;  // connections not yet admitted, at most
+
+// What a client says first: this run's id (TORCHELASTIC_RUN_ID), its size and the client's rank; what it proves its
+// greeting with: the job's key (empty: none).
 struct Greeting {
   std::string run_id;
   int world_size = 1;
   int rank = 0;
+  std::string job_key;
 };
+
+// The proof of a greeting's side ("server" or "client") over its fields: HMAC-SHA-256 under `job_key`, in hex.
+std::string greeting_proof(const std::string& job_key, const std::string& side, const std::vector<std::string>& fields);
 
 class StoreServer {
  public:
-  // Listens on `port` of every address (0: one the kernel picks); throws NetError.
-  StoreServer(uint16_t port, std::string run_id, int world_size);
+  // Listens on `port` of every address (0: one the kernel picks); throws NetError. Clients must prove `job_key`
+  // (empty: none).
+  StoreServer(uint16_t port, std::string run_id, int world_size, std::string job_key = "");
   ~StoreServer();  // ends every connection
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -57,21 +73,25 @@ class StoreServer {
   uint16_t port_;
   std::string run_id_;
   int world_size_;
+  std::string job_key_;
   std::mutex mutex_;  // guards everything below
   std::condition_variable changed_;
   std::map<std::string, std::string> values_;
   size_t stored_bytes_ = 0;
   std::set<int> joined_;
-  int connected_ranks_ = 0;    // other than 0
-  std::set<int> connections_;  // their descriptors, shut down when the server stops
-  size_t threads_ = 0;         // the acceptor's and the connections'
+  int connected_ranks_ = 0;          // other than 0
+  std::set<int> connections_;        // their descriptors, shut down when the server stops
+  std::map<int, uint64_t> pending_;  // descriptors not yet admitted, with their order of arrival
+  uint64_t arrivals_ = 0;
+  size_t threads_ = 0;  // the acceptor's and the connections'
   bool stopping_ = false;
 };
 
 class StoreClient {
  public:
   // Connects to `host`:`port`, retrying for `timeout` while nothing listens there yet, and greets. Throws
-  // ExchangeError naming the address, how long it tried and why, or rank 0's reason to refuse.
+  // ExchangeError naming the address, how long it tried and why, rank 0's reason to refuse, or that the server could
+  // not prove the job's key.
   StoreClient(const std::string& host, uint16_t port, const Greeting& greeting, std::chrono::milliseconds timeout);
 
   void set(const std::string& key, const std::string& value, Deadline deadline);
@@ -81,6 +101,8 @@ class StoreClient {
 
  private:
   std::string request(const std::string& message, Deadline deadline, const std::string& what);
+  // Throws ExchangeError unless `verdict`, the first field of `answer`, admits `rank`.
+  void check_verdict(const std::string& verdict, WireReader& answer, int rank) const;
 
   std::string where_;
   Socket socket_;

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <map>
 
+#include "container.hpp"
 #include "doctor/gloo.hpp"
 #include "doctor/session.hpp"
 #include "doctor/topology_check.hpp"
@@ -25,12 +26,22 @@ void print(const Outcome& outcome, bool json) {
   std::cout.flush();
 }
 
-// The environment, with --master-addr and --master-port in place of MASTER_ADDR and MASTER_PORT.
+// The environment, with --master-addr and --master-port in place of MASTER_ADDR and MASTER_PORT. They replace the
+// values srun --ddp set on purpose: DDP_CONTRACT (container.hpp) holds them too, so that only the values nobody
+// asked to change are compared with what srun --ddp set.
 ddp::EnvLookup environment(const DoctorOptions& options) {
   std::map<std::string, std::string> overrides;
   if (options.master_addr) overrides["MASTER_ADDR"] = *options.master_addr;
   if (options.master_port) overrides["MASTER_PORT"] = std::to_string(*options.master_port);
-  return ddp::env_with(std::move(overrides), ddp::process_environment());
+  const ddp::EnvLookup process = ddp::process_environment();
+  if (const auto contract = process(ddp::kContractVariable); contract && !overrides.empty()) {
+    ddp::ContractValues values = ddp::decode_contract(*contract);
+    for (auto& [name, value] : values) {
+      if (overrides.count(name) != 0) value = overrides[name];
+    }
+    overrides[ddp::kContractVariable] = ddp::encode_contract(values);
+  }
+  return ddp::env_with(std::move(overrides), process);
 }
 
 }  // namespace

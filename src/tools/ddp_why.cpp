@@ -3,6 +3,7 @@
 // (src/step_logs.hpp) and srun's lines about tasks that exited badly. Exit status: 0 a failure was shown, 1 none
 // found, 2 bad usage or reports that cannot be read.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include "failure_report.hpp"
 #include "parse.hpp"
 #include "step_logs.hpp"
+#include "unique_fd.hpp"
 
 namespace {
 
@@ -42,6 +44,8 @@ exit status: 0 a failure was shown, 1 no failure found, 2 bad usage or unreadabl
 )";
 
 constexpr std::size_t kMaxStderrBytes = 4 << 20;
+constexpr std::size_t kMaxLine = 4096;            // bytes of one line of a report or of the tasks' output, as printed
+constexpr std::size_t kMaxBaseEntries = 1 << 20;  // entries of the log base examined for a job's steps
 
 struct Args {
   std::string log_dir;
@@ -142,29 +146,43 @@ std::optional<JobInfo> scontrol_job(const std::string& job) {
   return info;
 }
 
+// The last kMaxStderrBytes of srun's standard error: a regular file (the job's StdErr may name a FIFO or a device,
+// and another job's file is opened without blocking), read by position.
 std::string read_tail(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw ddp::Error("cannot read --stderr " + ddp::quote(path) + " (" + std::strerror(errno) + ")");
-  file.seekg(0, std::ios::end);
-  const std::streamoff size = file.tellg();
-  const std::streamoff start = std::max<std::streamoff>(0, size - static_cast<std::streamoff>(kMaxStderrBytes));
-  file.seekg(start);
-  std::string text(static_cast<std::size_t>(size - start), '\0');
-  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  const ddp::UniqueFd fd(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (!fd) throw ddp::Error("cannot read --stderr " + ddp::quote(path) + " (" + std::strerror(errno) + ")");
+  struct stat info = {};
+  if (fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    throw ddp::Error("--stderr " + ddp::quote(path) + " is not a regular file; give srun's standard error as a file");
+  }
+  const off_t start = std::max<off_t>(0, info.st_size - static_cast<off_t>(kMaxStderrBytes));
+  std::string text(static_cast<std::size_t>(info.st_size - start), '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = pread(fd.get(), text.data() + done, text.size() - done, start + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  text.resize(done);
   if (start > 0) text.erase(0, text.find('\n') + 1);
   return text;
 }
 
 // The job's step directories, newest step id first.
-std::vector<std::string> step_ids(const std::string& base, const std::string& job) {
+std::vector<std::string> step_ids(int base_fd, const std::string& base, const std::string& job) {
   std::vector<std::pair<uint64_t, std::string>> steps;
-  DIR* listing = opendir(base.c_str());
+  const int listing_fd = fcntl(base_fd, F_DUPFD_CLOEXEC, 0);
+  DIR* listing = listing_fd >= 0 ? fdopendir(listing_fd) : nullptr;
   if (listing == nullptr) {
-    if (errno == ENOENT) return {};
+    if (listing_fd >= 0) close(listing_fd);
     throw ddp::Error("cannot read " + ddp::quote(base) + " (" + std::strerror(errno) + ")");
   }
   const std::string prefix = job + ".";
-  while (const dirent* entry = readdir(listing)) {
+  for (std::size_t examined = 0; examined < kMaxBaseEntries;) {
+    const dirent* entry = readdir(listing);
+    if (entry == nullptr) break;
+    ++examined;
     const std::string name = entry->d_name;
     if (name.rfind(prefix, 0) != 0) continue;
     if (const auto step = ddp::parse_uint(name.substr(prefix.size()), UINT32_MAX))
@@ -198,7 +216,7 @@ std::vector<std::string> output_before_failure(const std::string& text, std::siz
 void print_indented(const std::string& text) {
   std::istringstream in(text);
   std::string line;
-  while (std::getline(in, line)) std::cout << "  " << line << "\n";
+  while (std::getline(in, line)) std::cout << "  " << ddp::terminal_text(line, kMaxLine) << "\n";
 }
 
 void print_failure(const std::string& what, const ddp::FirstFailure& failure, const ddp::StepReports& reports,
@@ -206,16 +224,18 @@ void print_failure(const std::string& what, const ddp::FirstFailure& failure, co
   std::cout << "ddp-why: " << what << ": first failure: " << ddp::one_line(failure) << "\n";
   if (failure.report) {
     if (!failure.report->traceback.empty()) print_indented(failure.report->traceback);
-    std::cout << "  report: " << failure.report->file << "\n";
+    std::cout << "  report: " << ddp::terminal_text(failure.report->file, kMaxLine) << "\n";
   } else if (!srun_output.empty()) {
     if (const auto tail = ddp::task_output_tail(srun_output, failure.rank, args.lines)) {
       std::cout << "  last lines of task " << failure.rank << "'s output:\n";
-      for (const auto& line : *tail) std::cout << "    " << line << "\n";
+      for (const auto& line : *tail) std::cout << "    " << ddp::terminal_text(line, kMaxLine) << "\n";
     } else {
       std::cout << "  srun's output is not labelled by task, so task " << failure.rank
                 << "'s own lines cannot be told apart (srun --label labels them); the step's last lines before the "
                    "failure:\n";
-      for (const auto& line : output_before_failure(srun_output, args.lines)) std::cout << "    " << line << "\n";
+      for (const auto& line : output_before_failure(srun_output, args.lines)) {
+        std::cout << "    " << ddp::terminal_text(line, kMaxLine) << "\n";
+      }
     }
   }
   std::size_t others = 0;
@@ -226,12 +246,14 @@ void print_failure(const std::string& what, const ddp::FirstFailure& failure, co
     ddp::FirstFailure other{report.rank, report.host, report, std::nullopt};
     std::cout << "  " << ddp::one_line(other) << "\n";
   }
-  if (others > 8) std::cout << "  ... and " << others - 8 << " more reports in " << reports.dir << "\n";
+  if (others > 8) {
+    std::cout << "  ... and " << others - 8 << " more reports in " << ddp::terminal_text(reports.dir, kMaxLine) << "\n";
+  }
   if (!reports.dumps.empty()) {
     std::cout << "NCCL flight-recorder dumps (" << reports.dumps.size() << ", PyTorch's TORCH_NCCL_DUMP_ON_TIMEOUT):\n";
     for (const auto& dump : reports.dumps) {
-      std::cout << "  rank " << dump.rank << " on " << dump.host << ": " << dump.file << " (" << size_text(dump.bytes)
-                << ")\n";
+      std::cout << "  rank " << dump.rank << " on " << dump.host << ": " << ddp::terminal_text(dump.file, kMaxLine)
+                << " (" << size_text(dump.bytes) << ")\n";
     }
   }
 }
@@ -249,12 +271,32 @@ void refuse_other_users_job(const Args& args, const std::optional<JobInfo>& job)
                    "DDP_LOG_DIR (default ~/.cache/slurm-ddp); give --log-dir DIR where you may read them");
 }
 
+// The rules every log directory follows (step_logs.hpp), for reading: the caller's own, or with --log-dir that
+// directory's owner's (a team lead reading a member's reports), with nobody else able to plant a report there.
+ddp::DirRules reading_rules(const Args& args, const std::string& base) {
+  ddp::DirRules rules = ddp::log_dir_rules(false);
+  rules.fix = "give --log-dir DIR where you may read the reports";
+  struct stat info = {};
+  if (!args.log_dir.empty() && lstat(base.c_str(), &info) == 0) rules.owner = info.st_uid;
+  return rules;
+}
+
+void print_warnings(const ddp::StepReports& reports) {
+  for (const auto& warning : reports.warnings)
+    std::cerr << "ddp-why: warning: " << ddp::terminal_text(warning, 4096) << "\n";
+}
+
 int run(const Args& args) {
   const std::optional<JobInfo> job = scontrol_job(args.job);
   refuse_other_users_job(args, job);
   const std::string base = log_base(args);
+  const ddp::DirRules rules = reading_rules(args, base);
+  const ddp::UniqueFd base_fd = ddp::open_private_dir(base, rules);
   ddp::StepIdentity identity;
   identity.not_before = args.since_given ? args.since : (job ? job->start : 0);
+  if (base_fd && identity.not_before > 0) {
+    identity.not_before = ddp::on_file_clock(base_fd.get(), identity.not_before, ddp::wall_clock_seconds);
+  }
   std::string srun_output;
   const std::string stderr_file = !args.stderr_file.empty() ? args.stderr_file : (job ? job->stderr_file : "");
   if (!stderr_file.empty()) {
@@ -264,14 +306,27 @@ int run(const Args& args) {
       if (!args.stderr_file.empty()) throw;
     }
   }
-  const std::vector<std::string> candidates = args.step.empty() ? step_ids(base, args.job) : std::vector{args.step};
+  std::vector<std::string> candidates;
+  if (!args.step.empty()) {
+    candidates = {args.step};
+  } else if (base_fd) {
+    candidates = step_ids(base_fd.get(), base, args.job);
+  }
   ddp::StepReports reports;
+  ddp::ReportLimits limits;  // one budget for every step examined
   std::string what = "job " + args.job;
   for (const std::string& step : candidates) {
     identity.run_id = args.job + "." + step;
-    ddp::StepReports found = ddp::read_step_reports(ddp::step_log_dir(base, identity.run_id), {}, identity);
-    for (const auto& warning : found.warnings) std::cerr << "ddp-why: warning: " << warning << "\n";
-    if (!found.errors.empty() || !found.dumps.empty() || !args.step.empty()) {
+    const std::string dir = ddp::step_log_dir(base, identity.run_id);
+    ddp::StepReports found{dir, {}, {}, {}, 0};
+    if (base_fd) {
+      if (const ddp::UniqueFd step_fd = ddp::open_private_subdir(base_fd.get(), base, identity.run_id, rules)) {
+        found = ddp::read_step_reports(step_fd.get(), dir, limits, identity);
+      }
+    }
+    print_warnings(found);
+    limits.max_total_bytes -= std::min(limits.max_total_bytes, found.bytes_read);
+    if (!found.errors.empty() || !found.dumps.empty() || !args.step.empty() || limits.max_total_bytes == 0) {
       reports = std::move(found);
       what = "step " + identity.run_id;
       break;
@@ -288,8 +343,9 @@ int run(const Args& args) {
                   reports, "", args);
     return 0;
   }
-  std::cout << "ddp-why: " << what << ": no failure found in " << (reports.dir.empty() ? base : reports.dir)
-            << (stderr_file.empty() ? "" : " nor in " + stderr_file)
+  std::cout << "ddp-why: " << what << ": no failure found in "
+            << ddp::terminal_text(reports.dir.empty() ? base : reports.dir, 4096)
+            << (stderr_file.empty() ? "" : " nor in " + ddp::terminal_text(stderr_file, 4096))
             << " (the step succeeded, or its program writes no report: decorate its main with PyTorch's "
                "torch.distributed.elastic.multiprocessing.errors.record)\n";
   return 1;

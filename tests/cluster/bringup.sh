@@ -24,7 +24,21 @@ left=$(ip netns list | grep -c '^ddp-node' || true)
 [ "$left" = 0 ] || fail "$left node namespaces left after a failed bring-up"
 pgrep -f "slurmctld -D -f /tmp/ddp-cluster" >/dev/null && fail "slurmctld left running"
 
-# 2. Every core busy: the daemons start slowly, and the bring-up waits for them.
+# 2. The state directory another user made first (/tmp is everyone's), or a link: refused before anything is done
+# there, so that nobody but root can change what the root-run test Slurm reads (its plugstack.conf, the plugin).
+planted=$(mktemp -d /tmp/ddp-cluster-planted.XXXXXX)
+chown 65534:65534 "$planted"
+if out=$(DDP_CLUSTER_DIR=$planted "$CLUSTER" up ${PLUGIN:+--plugin "$PLUGIN"} 2>&1); then
+  fail "a state directory of uid 65534 was used: $out"
+fi
+grep -q "$planted is owned by uid 65534, not root" <<<"$out" || fail "unclear refusal: $out"
+[ "$(ls -A "$planted")$(stat -c %u "$planted")" = 65534 ] || fail "the planted directory was touched"
+ln -s /etc "$planted.link"
+if out=$(DDP_CLUSTER_DIR=$planted.link "$CLUSTER" up 2>&1); then fail "a link was used as the state directory: $out"; fi
+grep -q "$planted.link is a symbolic link, not a directory" <<<"$out" || fail "unclear refusal of a link: $out"
+rm -rf "$planted" "$planted.link"
+
+# 3. Every core busy: the daemons start slowly, and the bring-up waits for them.
 for _ in $(seq $(($(nproc) * 2))); do
   (while :; do :; done) &
   load_pids+=($!)

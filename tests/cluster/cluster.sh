@@ -30,8 +30,16 @@
 #                  steps' error reports) is its ddp-logs, gone with the cluster, not in the user's home.
 #   $DIR/local     node-private: a tmpfs mounted at this same path in each node's mount namespace; its file
 #                  .node names the node. On the host the path is an empty directory of its own.
+#   $DIR/oci/rootfs  a container image of this stack's own root, for the container tests (ch-run IMAGE), and the
+#                  root file system of an OCI bundle, $DIR/oci, for srun --container (the tests write its
+#                  config.json; Slurm 22.05 takes BUNDLE/rootfs whatever config.json says, and runc 1.1.5 refuses a
+#                  symbolic link there): /usr bound read-only from the root, a copy of /etc, the merged-/usr links
+#                  and empty mount points. Bound before the nodes start, so that every node's mount namespace has
+#                  it; it goes with the cluster (`env` gives DDP_CLUSTER_IMAGE and DDP_CLUSTER_BUNDLE).
 #   $DIR/etc       slurm.conf, mpi.conf, plugstack.conf (`up --plugin P` writes "required P ARGS"; P is a
-#                  copy under $DIR/etc when the job user cannot read P; `env` gives it as DDP_CLUSTER_PLUGIN).
+#                  copy under $DIR/etc when the job user cannot read P; `env` gives it as DDP_CLUSTER_PLUGIN);
+#                  gres.conf and gpu0, gpu1: every node has 2 GPUs as Slurm sees them, device files without a
+#                  GPU behind them (jobs request GPUs as users do; hwloc sees none, so tasks train on CPUs).
 #   $DIR/log       slurmctld.log, slurmd-nodeK.log, munged.log, jobcomp.log (one line per finished job).
 #   slurm.conf     DDP_CLUSTER_SLURM_CONF_EXTRA: lines `up` adds to slurm.conf (one per line).
 #   Tracing        DDP_CLUSTER_TRACE=1 traces every command with a timestamp; DDP_CLUSTER_KEEP_ON_FAILURE=1
@@ -75,6 +83,7 @@ readonly NET0=${DDP_CLUSTER_NET0:-10.77.0}   # first three octets of the /24 of 
 readonly NET1=${DDP_CLUSTER_NET1:-10.78.0}   # and of eth1
 readonly HOST_OCTET=254
 readonly CTLD_PORT=16817 SLURMD_PORT=16818 RESV_PORTS=12000-12999
+readonly FAKE_GPUS=2  # per node, as Slurm sees them (write_fake_gpus)
 readonly MARKER="# ddp-test-cluster"
 readonly NETNS_PREFIX=ddp-node BRIDGE0=ddpbr0 BRIDGE1=ddpbr1
 readonly CONF=$DIR/etc/slurm.conf SHARED=$DIR/shared LOCAL=$DIR/local NSDIR=$DIR/ns LOG=$DIR/log
@@ -100,12 +109,32 @@ need_tools() {
   [ ${#missing[@]} -eq 0 ] || die "missing ${missing[*]}: install slurmctld slurmd slurm-client munge iproute2 util-linux (./run.sh setup)"
 }
 
+# The state directory and every directory above it are root's: slurmctld and slurmd run as root on what is there
+# (slurm.conf, plugstack.conf, the plugin's copy), and /tmp is everyone's. One that another user made first, a link,
+# or a path through a directory others may change (no sticky bit) is refused, and nothing is done there.
+check_dir_is_safe() {
+  local prefix="" part owner mode type parts
+  IFS=/ read -ra parts <<<"${DIR#/}"
+  for part in "${parts[@]}"; do
+    prefix+="/$part"
+    [ -e "$prefix" ] || [ -L "$prefix" ] || break
+    read -r owner mode type < <(stat -c '%u %a %F' "$prefix")  # without -L: a link is one
+    [ "$type" = directory ] || die "$prefix is a $type, not a directory; remove it or set DDP_CLUSTER_DIR elsewhere"
+    [ "$owner" = 0 ] ||
+      die "$prefix is owned by uid $owner, not root: that user could change what the root-run test Slurm reads; remove it or set DDP_CLUSTER_DIR elsewhere"
+    if [ $((8#$mode & 8#022)) != 0 ] && { [ "$prefix" = "$DIR" ] || [ $((8#$mode & 8#1000)) = 0 ]; }; then
+      die "$prefix may be written by others (mode $mode): they could change what the root-run test Slurm reads; set DDP_CLUSTER_DIR elsewhere"
+    fi
+  done
+}
+
 # Deleting the state directory recursively is only safe when it is ours.
 check_dir_is_ours() {
   case $DIR in
     /*/*) ;;
     *) die "DDP_CLUSTER_DIR=$DIR must be an absolute path below a top-level directory, e.g. /tmp/ddp-cluster" ;;
   esac
+  check_dir_is_safe
   if [ -e "$DIR" ] && [ ! -e "$DIR/.ddp-test-cluster" ] && [ -n "$(ls -A "$DIR" 2>/dev/null)" ]; then
     die "$DIR exists and is not a test cluster's state directory; remove it or set DDP_CLUSTER_DIR elsewhere"
   fi
@@ -292,7 +321,7 @@ unmount_state() {
 
 # The plugin's per-boot topology cache (its default topology_cache): written by the steps of this cluster.
 remove_topology_cache() {
-  rm -f /run/slurm-ddp/topology-v1-*.xml /run/slurm-ddp/topology-v1-*.xml.tmp.*
+  rm -f /run/slurm-ddp/topology-*.xml /run/slurm-ddp/topology-*.xml.tmp.*
   rmdir /run/slurm-ddp 2>/dev/null || true
 }
 
@@ -349,9 +378,10 @@ ensure_user() {
 }
 
 make_dirs() {
-  mkdir -p "$DIR"
+  # Made by root, 0755, from scratch (teardown removed a leftover): check_dir_is_safe holds from here on.
+  mkdir -p "$(dirname "$DIR")"
+  mkdir -m 0755 "$DIR"
   touch "$DIR/.ddp-test-cluster"
-  chmod 0755 "$DIR"
   mkdir -p "$DIR"/{etc,log,run,run/slurm,ctld,spool,munge,ns} "$SHARED" "$LOCAL"
   chmod 1777 "$SHARED" "$LOCAL"
   : >"$DIR/etc/plugstack.conf"
@@ -444,6 +474,21 @@ add_static_neighbours() {
   done
 }
 
+# A directory image is the cheapest: no copy of /usr (2 GB with torch), one bind mount, a few MB of /etc; made once
+# per cluster, in well under a second, and shared by every container test. /etc is copied after add_hosts_lines,
+# so that the node names resolve inside too.
+make_image() {
+  local img=$DIR/oci/rootfs link
+  mkdir -p "$img"/{usr,dev,proc,sys,tmp,run,home,mnt,root,var/tmp}
+  ln -s /run "$img/var/run"
+  cp -a /etc "$img/etc"
+  for link in bin lib lib32 lib64 libx32 sbin; do
+    [ ! -L "/$link" ] || ln -s "$(readlink "/$link")" "$img/$link"
+  done
+  mount --bind /usr "$img/usr"
+  mount -o remount,bind,ro "$img/usr"
+}
+
 add_hosts_lines() {
   local k
   {
@@ -521,15 +566,28 @@ InactiveLimit=0
 MessageTimeout=10
 SlurmdTimeout=60
 TmpFS=$LOCAL
+GresTypes=gpu
 EOF
+  write_fake_gpus
   # Lines a test adds (e.g. KillOnBadExit=1), before the nodes: Slurm reads them like any other.
   [ -z "${DDP_CLUSTER_SLURM_CONF_EXTRA:-}" ] || printf '%s\n' "$DDP_CLUSTER_SLURM_CONF_EXTRA" >>"$CONF"
   for k in $(seq "$NODES"); do
-    echo "NodeName=node$k NodeAddr=$NET0.$k NodeHostname=node$k CPUs=4 RealMemory=2048 State=UNKNOWN" >>"$CONF"
+    echo "NodeName=node$k NodeAddr=$NET0.$k NodeHostname=node$k CPUs=4 RealMemory=2048 Gres=gpu:$FAKE_GPUS State=UNKNOWN" >>"$CONF"
   done
   echo "PartitionName=ddp Nodes=node[1-$NODES] Default=YES MaxTime=INFINITE State=UP" >>"$CONF"
   echo "PMIxCliTmpDirBase=$LOCAL/pmix" >"$DIR/etc/mpi.conf"
   chmod 0644 "$CONF" "$DIR/etc/mpi.conf"
+}
+
+# Every node has FAKE_GPUS GPUs as Slurm sees them: gres.conf names character devices with /dev/null's numbers
+# (slurmd ignores a GPU without File=), so jobs ask for GPUs as users do (--gpus-per-node, --gres=gpu) and get
+# SLURM_GPUS_ON_NODE, SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES. hwloc sees no GPU on the nodes: the plugin plans for
+# CPUs, and LibTorch trains on them.
+write_fake_gpus() {
+  local g
+  for g in $(seq 0 $((FAKE_GPUS - 1))); do mknod -m 0666 "$DIR/etc/gpu$g" c 1 3; done
+  echo "Name=gpu File=$DIR/etc/gpu[0-$((FAKE_GPUS - 1))]" >"$DIR/etc/gres.conf"
+  chmod 0644 "$DIR/etc/gres.conf"
 }
 
 write_plugstack() {
@@ -658,6 +716,7 @@ cmd_up() {
   start_munge
   setup_network
   add_hosts_lines
+  make_image
   setup_node_namespaces
   write_slurm_conf
   start_slurm
@@ -667,7 +726,10 @@ cmd_up() {
 
 # ---------------------------------------------------------------------------------------------------- use
 
-need_up() { [ -f "$CONF" ] || die "no cluster is up at $DIR; run: cluster.sh up"; }
+need_up() {
+  check_dir_is_safe
+  [ -f "$CONF" ] || die "no cluster is up at $DIR; run: cluster.sh up"
+}
 
 cmd_env() {
   need_up
@@ -679,6 +741,8 @@ cmd_env() {
     DDP_CLUSTER_SHARED "$SHARED" \
     DDP_CLUSTER_LOCAL "$LOCAL" \
     DDP_CLUSTER_PLUGSTACK "$DIR/etc/plugstack.conf" \
+    DDP_CLUSTER_IMAGE "$DIR/oci/rootfs" \
+    DDP_CLUSTER_BUNDLE "$DIR/oci" \
     DDP_CLUSTER_PLUGIN "$(cat "$DIR/etc/plugin" 2>/dev/null || true)" \
     DDP_CLUSTER_LOGS "$LOG" \
     DDP_CLUSTER_USER "$CLUSTER_USER" \

@@ -31,11 +31,12 @@ install -m 0755 "$BUILD/runtime/ddp-train" "$ROOT/sbatch_templates/ddp-restart" 
   "$ROOT/sbatch_templates/multi-node.sbatch" "$work/"
 
 say "sbatch multi-node.sbatch: 2 nodes x 1 task, ddp-train --workload $WORKLOAD, $EPOCHS epochs, a snapshot every $SAVE_EVERY"
-# The nodes have no GPUs: --gpus-per-node=0 overrides the template's request. --ddp-verbose reaches every srun
-# of the job, so each task prints the plan the plugin made for it.
+# The nodes have GPUs only as Slurm sees them (device files, see cluster.sh): the job asks for one per node as on a
+# GPU cluster, and trains on the CPUs. --ddp-verbose reaches every srun of the job, so each task prints the plan the
+# plugin made for it.
 job=$("$CLUSTER_SH" exec --cwd "$work" env DDP_TRAIN="$work/ddp-train" DDP_RESTART="$work/ddp-restart" \
   EPOCHS="$EPOCHS" SAVE_EVERY="$SAVE_EVERY" WORKLOAD="$WORKLOAD" SNAPSHOT_DIR="$work/snapshots/%x-%j" \
-  sbatch --parsable --gpus-per-node=0 --cpus-per-task=1 --ddp-verbose multi-node.sbatch)
+  sbatch --parsable --gpus-per-node=1 --cpus-per-task=1 --ddp-verbose multi-node.sbatch)
 echo "submitted job $job"
 
 output=$work/ddp-multi-node-$job.out

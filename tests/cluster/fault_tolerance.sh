@@ -5,14 +5,19 @@
 #   resumes from the newest snapshot, and the final model equals the uninterrupted run's, bit for bit;
 # - a step smaller than the allocation: the failed node is left out of the next attempt;
 # - the preemption signal (USR2 to the batch shell, as --signal=B:USR2@T sends it): a snapshot appears within the
-#   grace time, the job requeues itself, resumes where it stopped and ends with the same final model.
+#   grace time, the job requeues itself, resumes where it stopped and ends with the same final model;
+# - preemption by SIGTERM, as Slurm preempts a job with GraceTime (SIGCONT and SIGTERM to the job's steps, not to the
+#   batch shell; SIGKILL when the grace time ends), which scancel --signal=TERM does too: the tasks stop at the next
+#   step boundary with a snapshot and exit 75, ddp-restart requeues the job, and it resumes from that step (the
+#   epochs lost are printed) to the same final model.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=training_lib.sh
 source "$(dirname "$0")/training_lib.sh"
 
-TRAINING=(EPOCHS=150 SAVE_EVERY=10)
+EPOCHS_TOTAL=150
+TRAINING=("EPOCHS=$EPOCHS_TOTAL" SAVE_EVERY=10)
 GRACE_SECONDS=20
 injector=$(stage "$(dirname "$0")/kill_rank.sh")
 
@@ -68,4 +73,32 @@ assert_contains "$out" "requeueing job $preempted" "the job requeued itself"
 assert_match "$(run_on_cluster scontrol show job "$preempted")" "Restarts=1 " "Slurm's restart count"
 assert_match "$out" "Resuming training from snapshot at Epoch [0-9]+ " "resumed after the requeue"
 assert_same_models "$TEST_DIR/baseline/finalmodel.pt" "$TEST_DIR/preempted/finalmodel.pt"
-pass "killed rank restarted, failed node left out, and preempted job requeued, both resumed to the uninterrupted run's model"
+
+terminated=$(submit_template multi-node.sbatch "$TEST_DIR/terminated" "${TRAINING[@]}" \
+  SNAPSHOT_DIR="$TEST_DIR/terminated/snapshots/%x-%j" -- --cpus-per-task=2)
+# Epoch 25: the last periodic snapshot (SAVE_EVERY=10) is then 4 epochs old, at the start of epoch 21.
+end=$((SECONDS + 120))
+until job_output "$TEST_DIR/terminated" "$terminated" | grep -q '^Epoch 25 | Loss'; do
+  [ "$SECONDS" -lt "$end" ] ||
+    fail "job $terminated did not reach epoch 25: $(job_output "$TEST_DIR/terminated" "$terminated")"
+  sleep 0.1
+done
+run_on_cluster scancel --signal=TERM "$terminated"
+# Epochs the run had finished when the signal was sent (its loss lines, 0-based): none of them may be lost.
+finished=$(($(job_output "$TEST_DIR/terminated" "$terminated" | sed -n 's/^Epoch \([0-9]*\) | Loss.*/\1/p' | tail -n 1) + 1))
+expect_completed "$TEST_DIR/terminated" "$terminated" 240
+out=$(job_output "$TEST_DIR/terminated" "$terminated")
+resumed_at=$(sed -n 's/^Resuming training from snapshot at Epoch \([0-9]*\) .*/\1/p' <<<"$out" | head -n 1)
+lost=$((finished - ${resumed_at:-0}))
+echo "FIGURE: SIGTERM to the steps after $finished finished epochs: resumed at epoch ${resumed_at:-none}," \
+  "$((lost > 0 ? lost : 0)) epochs lost; $(grep -c '^Epoch [0-9]* | Loss' <<<"$out") epochs trained for $EPOCHS_TOTAL"
+grep -E '^(ddp-restart|srun: error|\[CPU[01]\] Stopped)' <<<"$out" || true
+assert_match "$out" "\[CPU0\] Stopped at epoch [0-9]+, batch [0-9]+ on request \(SIGTERM\)" "the tasks stopped on SIGTERM"
+assert_contains "$out" "ddp-restart: tasks stopped on request (exit code 75); requeueing job $terminated" \
+  "exit status 75 requeued the job"
+assert_match "$(run_on_cluster scontrol show job "$terminated")" "Restarts=1 " "requeued once, not restarted in place"
+[ "$lost" -le 0 ] || fail "$lost finished epochs were lost to SIGTERM: $out"
+stopped_at=$(sed -n 's/^\[CPU0\] Stopped at epoch \([0-9]*\), batch \([0-9]*\).*/\1 \2/p' <<<"$out" | head -n 1)
+assert_contains "$out" "Resuming training from snapshot at Epoch ${stopped_at% *} " "resumed at the step where it stopped"
+assert_same_models "$TEST_DIR/baseline/finalmodel.pt" "$TEST_DIR/terminated/finalmodel.pt"
+pass "killed rank restarted, failed node left out, and jobs preempted by USR2 and by SIGTERM requeued, all resumed to the uninterrupted run's model"

@@ -30,11 +30,23 @@ EOF
 mpicc -O2 -o "$TEST_DIR/allreduce" "$TEST_DIR/allreduce.c" || fail "mpicc cannot build a trivial MPI program"
 chmod 0755 "$TEST_DIR/allreduce"
 
-out=$(run_on_cluster timeout 60 srun --mpi=pmix -N2 -n2 "$TEST_DIR/allreduce" 2>&1) ||
-  fail "srun --mpi=pmix -N2 -n2 failed: $out"
+# mpi_step SRUN_ARGS...: the program in a step; its output in `out`. OpenMPI 5.0 (Debian 13) can crash inside
+# MPI_Init when a faster rank's first message reaches a rank still waiting in PMIx's fence, before MPI_COMM_WORLD
+# exists in its ob1 layer (mca_pml_ob1_recv_frag_callback_match; open-mpi/ompi#12495, seen here once in 2 CI runs):
+# that crash, and only that one, runs the step once more, saying so.
+mpi_step() {
+  local attempt
+  for attempt in 1 2; do
+    if out=$(run_on_cluster timeout 60 srun --mpi=pmix "$@" "$TEST_DIR/allreduce" 2>&1); then return 0; fi
+    [ "$attempt" = 1 ] && grep -q 'mca_pml_ob1_recv_frag_callback_match' <<<"$out" && grep -q 'MPI_Init' <<<"$out" ||
+      return 1
+    echo "mpi_pmix: OpenMPI crashed in MPI_Init (its ob1 race at start-up); running the step once more"
+  done
+}
+
+mpi_step -N2 -n2 || fail "srun --mpi=pmix -N2 -n2 failed: $out"
 assert_eq $'rank=0 size=2 host=node1 sum=3\nrank=1 size=2 host=node2 sum=3' "$(sort <<<"$out")" "2 ranks on 2 nodes"
 
-out=$(run_on_cluster timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 "$TEST_DIR/allreduce" 2>&1) ||
-  fail "srun --mpi=pmix -N2 --ntasks-per-node=2 failed: $out"
+mpi_step -N2 --ntasks-per-node=2 || fail "srun --mpi=pmix -N2 --ntasks-per-node=2 failed: $out"
 assert_eq 4 "$(grep -c 'size=4 .* sum=10$' <<<"$out")" "4 ranks on 2 nodes: $out"
 pass "OpenMPI over PMIx across node1 and node2"

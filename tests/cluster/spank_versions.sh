@@ -2,8 +2,8 @@
 # How the Slurm under test treats SPANK plugins, checked against what spank_plugin/slurm_versions.h says of its
 # version: how often remote option callbacks run, how srun ends when user_init or task_init fails, and that a
 # user_init failure in a batch job drains the node (why ddp.so never fails there). Then the same cases with ddp.so
-# itself: whatever the version, its refusals fail the step with exit status 1 and leave every node in service, and
-# --ddp holds under srun's and sbatch's --export.
+# itself: whatever the version, its refusals fail the step with exit status 1 and leave every node in service, also
+# with an "optional" plugstack line, and --ddp and the job's key hold under srun's and sbatch's --export.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -61,21 +61,53 @@ check_ddp_refusals() {
   assert_eq "" "$(run_on_cluster sinfo -h -t drain,drained,draining,down -o %N)" "no node drained or down"
 }
 
+# With "optional" in plugstack.conf (install-head-node.sh --optional), Slurm ignores a failing callback: before, a
+# refused snapshot directory printed its error and the tasks ran anyway, without any --ddp variable, exit status 0.
+# A refusal ends the tasks (and srun) itself, whatever the line says; steps without --ddp are not touched.
+check_ddp_refusals_when_optional() {
+  local dir=$TEST_DIR/theirs
+  mkdir -m 0777 "$dir"
+  chown 65533:65533 "$dir"
+  set_plugstack "optional $DDP_CLUSTER_PLUGIN"
+  # shellcheck disable=SC2016  # expanded by the tasks
+  assert_fails "a refused snapshot directory with an optional plugstack line" \
+    run_on_cluster srun --ddp --ddp-snapshot-dir="$dir" -N2 -n2 sh -c 'echo "task ran: RANK=${RANK:-none}"'
+  assert_contains "$FAILED_OUTPUT" "ddp: snapshot directory '$dir' is owned by uid 65533" "the refusal, optional"
+  assert_not_contains "$FAILED_OUTPUT" "task ran" "no task ran, optional"
+  assert_contains "$FAILED_OUTPUT" "Exited with exit code 1" "the tasks' exit status, optional"
+  # A refusal in srun itself (a bad plugstack argument fails --ddp requests only).
+  set_plugstack "optional $DDP_CLUSTER_PLUGIN port_range=bogus"
+  assert_fails "--ddp with a bad plugstack argument, optional" run_on_cluster srun --ddp -N1 -n1 echo "task ran"
+  assert_contains "$FAILED_OUTPUT" "ddp: plugstack argument 'port_range=bogus'" "srun's refusal, optional"
+  assert_not_contains "$FAILED_OUTPUT" "task ran" "srun launched nothing, optional"
+  assert_eq "no ddp" "$(run_on_cluster srun -N1 -n1 echo no ddp)" "a step without --ddp, optional"
+  set_plugstack "required $DDP_CLUSTER_PLUGIN"
+}
+
 # --export limits what reaches the tasks from the caller's environment, not the plugin's options (24.05 made them
 # reach the remote side separately; on 22.05 they ride in the launch message): on every version, --ddp under
 # srun --export=NONE, and a batch job's #SBATCH --ddp under sbatch --export=NONE or an inner srun --export=NONE,
-# still give every task the contract.
+# still give every task the contract, the job's key included (it travels as SLURM_SPANK_DDP_JOB_KEY too, which
+# --export keeps: before, no task had DDP_JOB_KEY and the port and ddp-train's store proof came from public ids).
+# shellcheck disable=SC2016  # expanded by the tasks
+print_key='echo "${RANK:-none} ${DDP_JOB_KEY:-nokey}"'
 check_export() {
   set_plugstack "required $DDP_CLUSTER_PLUGIN"
-  assert_eq $'0\n1' "$(run_on_cluster srun --export=NONE --ddp -N2 -n2 /usr/bin/printenv RANK | sort)" \
-    "RANK of srun --export=NONE --ddp on Slurm $version"
-  local job
-  job=$(submit --export=NONE --ddp -N1 -o "$TEST_DIR/export-none.out" --wrap "/usr/bin/srun -N1 -n1 /usr/bin/printenv WORLD_SIZE")
+  local out job
+  out=$(run_on_cluster srun --export=NONE --ddp -N2 -n2 /bin/sh -c "$print_key" | sort)
+  assert_eq $'0\n1' "$(cut -d' ' -f1 <<<"$out")" "RANK of srun --export=NONE --ddp on Slurm $version"
+  assert_match "$(cut -d' ' -f2 <<<"$out" | sort -u)" '^[0-9a-f]{32}$' \
+    "one DDP_JOB_KEY for every task of srun --export=NONE --ddp on Slurm $version: $out"
+  job=$(submit --export=NONE --ddp -N1 -o "$TEST_DIR/export-none.out" --wrap "/usr/bin/srun -N1 -n1 /bin/sh -c '$print_key'")
   assert_eq COMPLETED "$(wait_job "$job")" "sbatch --export=NONE --ddp"
-  assert_eq 1 "$(cat "$TEST_DIR/export-none.out")" "WORLD_SIZE in a step of sbatch --export=NONE --ddp on Slurm $version"
-  job=$(submit --ddp -N1 -o "$TEST_DIR/inner-export-none.out" --wrap "srun --export=NONE -N1 -n1 /usr/bin/printenv WORLD_SIZE")
+  assert_match "$(cat "$TEST_DIR/export-none.out")" '^0 [0-9a-f]{32}$' \
+    "RANK and DDP_JOB_KEY in a step of sbatch --export=NONE --ddp on Slurm $version"
+  job=$(submit --ddp -N1 -o "$TEST_DIR/inner-export-none.out" --wrap "echo outer \$DDP_JOB_KEY; srun --export=NONE -N1 -n1 /bin/sh -c '$print_key'")
   assert_eq COMPLETED "$(wait_job "$job")" "sbatch --ddp with srun --export=NONE"
-  assert_eq 1 "$(cat "$TEST_DIR/inner-export-none.out")" "WORLD_SIZE of srun --export=NONE in sbatch --ddp on Slurm $version"
+  out=$(cat "$TEST_DIR/inner-export-none.out")
+  assert_match "$out" '^outer [0-9a-f]{32}' "the batch script's key: $out"
+  assert_eq "0 $(sed -n 's/^outer //p' <<<"$out")" "$(sed -n '2p' <<<"$out")" \
+    "the job's own key in srun --export=NONE inside sbatch --ddp on Slurm $version"
 }
 
 # 25.05 made any non-zero return of a callback an error; before it, Slurm tested for a negative one and went on.
@@ -142,5 +174,6 @@ check_survivors_of_a_bad_exit
 check_step_failures
 check_batch_user_init_drains
 check_ddp_refusals
+check_ddp_refusals_when_optional
 check_export
-pass "Slurm $version: option callbacks, return values, init failure mode, survivors of a bad exit, step failures, batch drain; ddp.so's refusals drain nothing; --ddp under --export"
+pass "Slurm $version: option callbacks, return values, init failure mode, survivors of a bad exit, step failures, batch drain; ddp.so's refusals drain nothing and hold with an optional plugstack line; --ddp and the job's key under --export"

@@ -8,7 +8,10 @@
 #   srun --label, when srun did not label the lines);
 # - a step that succeeds leaves no log directory; PyTorch's watchdog settings reach the tasks, a user's value wins;
 # - bad input: a report that is not JSON or is another step's is ignored with a warning, another user's job and an
-#   unreadable log directory are refused in one line, a relative DDP_LOG_DIR fails the step naming it.
+#   unreadable log directory are refused in one line, a relative DDP_LOG_DIR fails the step naming it;
+# - attacks and stale reports: another user's directory and links in a shared DDP_LOG_DIR are refused (no report
+#   follows a link, none of theirs is printed), and what an earlier attempt of the same step id left is gone before
+#   the step starts (a step that succeeds is never reported failed).
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -65,7 +68,8 @@ assert_contains "$report" "first failure: rank 1 on node1" "the first failure is
 
 # 3. Refusals in one line: an unreadable log directory, another user's job.
 assert_fails "an unreadable log directory" run_on_cluster "$DDP_WHY" --log-dir /root "$step"
-assert_match "$FAILED_OUTPUT" "^ddp-why: cannot read '/root/$step' \\(Permission denied\\)$" "unreadable log directory"
+assert_match "$FAILED_OUTPUT" "^ddp-why: log directory '/root' cannot be opened \\('/root': Permission denied\\); give --log-dir DIR where you may read the reports$" \
+  "unreadable log directory"
 if other=$(env SLURM_CONF="$SLURM_CONF" "$DDP_WHY" "$step" 2>&1); then fail "root read ddpuser's job: $other"; fi
 assert_match "$other" "^ddp-why: job ${step%.*} is $DDP_CLUSTER_USER's: its reports are in that user's DDP_LOG_DIR.*$" \
   "another user's job"
@@ -108,7 +112,59 @@ assert_contains "$out" "TORCH_NCCL_TRACE_BUFFER_SIZE=64" "the user's value wins"
 assert_contains "$out" "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=$logs/$ok_step/nccl-node1-rank" "dumps go to the step's directory"
 [ ! -e "$logs/$ok_step" ] || fail "the successful step $ok_step left $logs/$ok_step: $(ls -la "$logs/$ok_step")"
 
-# 7. A relative DDP_LOG_DIR fails the step, naming the value and the fix.
+# 7. Attacks on the log directory and reports of another attempt, in one held job whose id is known before its steps
+# run. Step 0 logs to a team directory everyone may write (1777, root's): another user (65533) made <job>.0 there
+# first, with a report of its own, and keeps a link named like task 0's error file pointing at a file of the
+# victim's (planted again once the task runs: removing it once does not help). Step 1 logs to the user's own
+# directory, where an earlier attempt of <job>.1 (a requeue; a new cluster's job ids) left a report. Before: task 0's
+# report overwrote the link's target, ddp-why named the planted report as the first failure, and step 1, which
+# succeeded, was reported failed with the earlier attempt's report.
+team=$TEST_DIR/team
+mkdir -m 1777 "$team"
+victim=$TEST_DIR/victims-data
+install -o "$DDP_CLUSTER_USER" -m 0644 /dev/null "$victim"
+echo "the victim's data" >"$victim"
+# What PyTorch's @record does with TORCHELASTIC_ERROR_FILE, once the attacker has planted the link again.
+# shellcheck disable=SC2016  # expanded by the task
+fail_with_report='touch "$0/step0-running"; while [ ! -e "$0/link-planted" ]; do sleep 0.1; done
+  if [ -n "${TORCHELASTIC_ERROR_FILE:-}" ]; then echo "{\"message\": \"ValueError: real\"}" >"$TORCHELASTIC_ERROR_FILE"; fi
+  exit 3'
+job=$(submit --hold -N1 -n1 -o "$TEST_DIR/attempt.out" --wrap "
+  DDP_LOG_DIR=$team srun --ddp -N1 -n1 sh -c '$fail_with_report' '$markers'; echo step0=\$?
+  DDP_LOG_DIR=$logs srun --ddp -N1 -n1 true; echo step1=\$?")
+plant_link() {
+  ln -sfn "$victim" "$team/$job.0/error-rank0-node1.json"
+  chown -h 65533:65533 "$team/$job.0/error-rank0-node1.json"
+}
+install -d -o 65533 -g 65533 -m 0777 "$team/$job.0"
+plant_link
+echo '{"message": "PLANTED by another user"}' >"$team/$job.0/error-rank1-node1.json"
+chown 65533:65533 "$team/$job.0/error-rank1-node1.json"
+run_on_cluster mkdir -p "$logs/$job.1"
+run_on_cluster sh -c "echo '{\"message\": \"STALE: an earlier attempt\"}' >'$logs/$job.1/error-rank5-node2.json'"
+touch -d '1 hour ago' "$logs/$job.1/error-rank5-node2.json"
+rm -f "$markers"/step0-running "$markers"/link-planted
+run_on_cluster scontrol release "$job"
+for _ in $(seq 600); do [ -e "$markers/step0-running" ] && break; sleep 0.1; done
+[ -e "$markers/step0-running" ] || fail "step 0 of job $job did not start: $(cat "$TEST_DIR/attempt.out" 2>/dev/null)"
+plant_link
+touch "$markers/link-planted"
+assert_eq COMPLETED "$(wait_job "$job")" "the held job"
+out=$(cat "$TEST_DIR/attempt.out")
+assert_eq "the victim's data" "$(cat "$victim")" "the link's target after a task's report: $out"
+assert_not_contains "$out" "PLANTED" "a report another user planted, at srun's exit"
+assert_contains "$out" "ddp: warning: no error reports from node1 in this step: log directory '$team' is owned by uid 0, not by you" \
+  "the team directory refused"
+assert_contains "$out" "step0=3" "step 0 failed as its task did"
+why_team=$(run_on_cluster env DDP_LOG_DIR="$team" "$DDP_WHY" "$job.0" 2>&1 || true)
+assert_not_contains "$why_team" "PLANTED" "a report another user planted, in ddp-why"
+assert_contains "$why_team" "log directory '$team' is owned by uid 0" "ddp-why refuses the team directory"
+assert_not_contains "$out" "STALE" "the earlier attempt's report"
+assert_not_contains "$out" "step $job.1 failed" "step 1 succeeded"
+assert_contains "$out" "step1=0" "step 1's status"
+[ ! -e "$logs/$job.1" ] || fail "the succeeded step $job.1 left $(ls -A "$logs/$job.1")"
+
+# 8. A relative DDP_LOG_DIR fails the step, naming the value and the fix.
 assert_fails "a relative DDP_LOG_DIR" run_on_cluster env DDP_LOG_DIR=logs srun --ddp -N1 -n1 true
 assert_contains "$FAILED_OUTPUT" "DDP_LOG_DIR='logs' is not an absolute path" "relative DDP_LOG_DIR"
 pass "a failed rank ends the step and is named with its exception; keep-going, clean-up and bad input"

@@ -4,8 +4,9 @@
 #   assert_eq COMPLETED "$(wait_job "$job")" "state"
 #   assert_same_models "$TEST_DIR/base/finalmodel.pt" "$TEST_DIR/run/finalmodel.pt"
 #
-# The test cluster has no GPUs: every template is submitted with --gpus-per-node=0 (sbatch's command line
-# overrides #SBATCH lines), and with ddp-train and ddp-restart from this build, staged where the job user reads them.
+# The test cluster's nodes have 2 GPUs each as Slurm sees them (device files only, see cluster.sh): templates are
+# submitted with a GPU request as users submit them, --gpus-per-node=1 unless the caller gives one, and with
+# ddp-train and ddp-restart from this build, staged where the job user reads them.
 # shellcheck shell=bash
 
 [ -n "$DDP_PLUGIN" ] || skip "the plugin is not built"
@@ -26,8 +27,10 @@ submit_template() {
   while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
   [ $# -eq 0 ] || shift
   install -d -o "$DDP_CLUSTER_USER" "$dir"
+  local gpus=(--gpus-per-node=1)
+  case " $* " in *" --gres=gpu"* | *" --gpus"*) gpus=() ;; esac
   submit DDP_TRAIN="$STAGED_TRAIN" DDP_RESTART="$STAGED_RESTART" SNAPSHOT_DIR="$dir/snapshots" "${vars[@]}" \
-    --chdir="$dir" --gpus-per-node=0 "$@" "$TEMPLATES/$template"
+    --chdir="$dir" "${gpus[@]}" "$@" "$TEMPLATES/$template"
 }
 
 # job_output DIR JOBID: the job's output file (the templates write %x-%j.out into their working directory).

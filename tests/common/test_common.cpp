@@ -35,11 +35,24 @@ bool bindable(uint16_t port) {
   }
 }
 
+// The lock directory, shared by every test process on the machine: root's (or this user's) with the sticky bit, as
+// /tmp is; one another user made first, or a link, is refused rather than used (tests often run as root).
+void check_lock_dir() {
+  mkdir(kLockDir, 01777);
+  chmod(kLockDir, 01777);  // whatever the umask took; fails harmlessly when the directory is not ours
+  struct stat info = {};
+  if (lstat(kLockDir, &info) != 0 || !S_ISDIR(info.st_mode) || (info.st_uid != 0 && info.st_uid != geteuid()) ||
+      (info.st_mode & S_ISVTX) == 0) {
+    throw std::runtime_error(std::string(kLockDir) +
+                             " is not a sticky directory of root's or this user's: remove it (another user made it)");
+  }
+}
+
 // The lock of `port` for this process (its descriptor stays open until exit), or -1 when another holds it.
 int lock_port(uint16_t port) {
-  mkdir(kLockDir, 01777);
+  check_lock_dir();
   const std::string path = std::string(kLockDir) + "/" + std::to_string(port);
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd < 0) return -1;
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     close(fd);
@@ -95,5 +108,16 @@ uint16_t reserve_port(int holder) {
   }
   throw std::runtime_error("no free TCP port in " + std::to_string(first) + "-" + std::to_string(last));
 }
+
+std::string error_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace ddp::testing

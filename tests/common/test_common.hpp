@@ -1,7 +1,9 @@
 #pragma once
-// Helpers every test binary shares: a temporary directory removed with its contents, and TCP ports handed out
-// without a race. Plain C++; no GoogleTest, so that helper programs can use them too.
+// Helpers every test binary shares: a temporary directory removed with its contents, TCP ports handed out without a
+// race, and what tests of refusals ask of an exception. Plain C++; no GoogleTest, so that helper programs can use
+// them too.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace ddp::testing {
@@ -27,5 +29,12 @@ class TempDir {
 // never share one. `holder` 0: this process, which keeps the lock until it exits. Throws std::runtime_error when
 // no port is free.
 uint16_t reserve_port(int holder = 0);
+
+// The message of what `body` throws (std::exception and what derives from it, ddp::Error among them); empty when it
+// throws nothing.
+std::string error_of(const std::function<void()>& body);
+
+// Whether `part` occurs in `text`.
+bool contains(const std::string& text, const std::string& part);
 
 }  // namespace ddp::testing

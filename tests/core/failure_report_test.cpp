@@ -5,17 +5,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "error.hpp"
+#include "parse.hpp"
 #include "step_logs.hpp"
 #include "test_common.hpp"
 #include "user.hpp"
 
 namespace ddp {
 namespace {
+
+using ddp::testing::error_of;
 
 // What PyTorch's @record wrote for `raise RuntimeError("boom")` (python3-torch 1.13, Debian 12), byte for byte.
 const char* const kRecordOutput =
@@ -123,6 +130,27 @@ TEST(FailureReport, IgnoresBadFilesWithAWarningEach) {
   EXPECT_NE(all.find("is not a regular file"), std::string::npos) << all;
 }
 
+// ddp-why and ddp-restart know when a step started by their own host's clock; its reports carry the times of the
+// clock that stamps files there (a file server's, or the writing node's). Here this host's clock runs 30 s ahead of
+// the directory's: a report written 2 s after the step started looked 28 s older than the step and was dropped as an
+// earlier step's. On the directory's clock it is the step's.
+TEST(FailureReport, ASkewedClockDoesNotDropAStepsFirstReports) {
+  TempDir dir;
+  const double skew = 30;
+  const auto ahead = [&] { return wall_clock_seconds() + skew; };
+  const double step_start_here = ahead() - 1;  // the step began a second ago, by this host's clock
+  write_file(dir / error_file_name(0, "node1"), R"({"message": "ValueError: early"})");
+  const int fd = open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const double on_files = on_file_clock(fd, step_start_here, ahead);
+  EXPECT_NEAR(on_files, step_start_here - skew, 0.5);
+  EXPECT_EQ(read_step_reports(fd, dir.path(), {}, StepIdentity{"12.0", on_files}).errors.size(), 1u);
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) left.push_back(entry.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{error_file_name(0, "node1")});  // the clock's probe is gone
+  close(fd);
+}
+
 TEST(FailureReport, MissingDirectoryHasNoReportsAndUnreadableOneIsAnError) {
   EXPECT_TRUE(read_step_reports("/nonexistent/ddp/12.0", {}).errors.empty());
   TempDir dir;
@@ -133,6 +161,44 @@ TEST(FailureReport, MissingDirectoryHasNoReportsAndUnreadableOneIsAnError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("12.0' (Not a directory)"), std::string::npos) << e.what();
   }
+}
+
+// srun reads the reports of a step at its exit: 65,536 entries of up to 1 MiB each were up to 64 GiB. In all it
+// reads a bounded amount, the oldest reports first, so that the first failure is among what it read.
+TEST(FailureReport, ReadsABoundedAmountOldestFirst) {
+  TempDir dir;
+  const std::string filler(1000 * 1000, ' ');
+  for (uint32_t rank = 0; rank < 24; ++rank) {
+    write_file(dir / error_file_name(rank, "node1"),
+               R"({"message": "RuntimeError: rank )" + std::to_string(rank) + "\"}" + filler, 1700000000 + rank);
+  }
+  const StepReports reports = read_step_reports(dir.path(), {});
+  ASSERT_EQ(reports.errors.size(), 16u);
+  EXPECT_EQ(reports.errors.front().message, "RuntimeError: rank 0");
+  EXPECT_EQ(reports.errors.back().message, "RuntimeError: rank 15");
+  ASSERT_EQ(reports.warnings.size(), 1u);
+  EXPECT_NE(reports.warnings[0].find("8 later reports not read"), std::string::npos) << reports.warnings[0];
+}
+
+// A report is the task's own text, and srun and ddp-why print it on the user's terminal: an escape sequence in it
+// (a window title, a cleared screen, a forged line) must never reach the terminal raw.
+TEST(FailureReport, OneLineNeverCarriesTerminalControls) {
+  StepReports reports;
+  ErrorReport hostile;
+  hostile.rank = 1;
+  hostile.host = "node1";
+  hostile.message =
+      "boom \x1b]0;owned\x07\x1b[2J\r\x9b"
+      "1m ok: \xc3\xa9t\xc3\xa9 \xe2\x80\xa6";
+  reports.errors = {hostile};
+  const std::string line = one_line(*first_failure(reports, {}));
+  EXPECT_EQ(line.find_first_of("\x1b\x07\r\n\x9b"), std::string::npos) << line;
+  EXPECT_NE(line.find(": boom ?]0;owned??[2J??1m ok: \xc3\xa9t\xc3\xa9 \xe2\x80\xa6"), std::string::npos) << line;
+  EXPECT_EQ(terminal_text("\xc2\x9b"
+                          "1m\tx\xed\xa0\x80\xc0\xaf",
+                          100),
+            "??1m x?????");                              // C1, tab, surrogate, overlong
+  EXPECT_EQ(terminal_text("abc\xc3\xa9", 4), "abc...");  // never half a character
 }
 
 TEST(FailureReport, ParsesSrunsLinesAboutTasksThatEndedBadly) {
@@ -236,33 +302,132 @@ TEST(StepLogs, OwnBaseIsThisProcesssDdpLogDirElseItsUsersHome) {
   if (saved) setenv(kLogDirVariable, restore.c_str(), 1);
 }
 
-TEST(StepLogs, PrepareCreatesTheDirectoryAndRemovesOnlyThisTasksStaleReports) {
-  TempDir dir;
-  const std::string step = dir.path() + "/logs/12.3";
-  prepare_step_log_dir(step, 1, "node1");
+constexpr auto kDeadline = std::chrono::seconds(10);
+
+unsigned mode_of(const std::string& path) {
   struct stat info = {};
-  ASSERT_EQ(stat(step.c_str(), &info), 0);
-  EXPECT_EQ(info.st_mode & 0777, 0700u);
-  std::ofstream(step + "/" + error_file_name(1, "node1")) << "stale";
-  std::ofstream(step + "/" + nccl_dump_prefix("node1") + "1") << "stale";
-  std::ofstream(step + "/" + error_file_name(2, "node1")) << "another task's";
-  prepare_step_log_dir(step, 1, "node1");
-  EXPECT_FALSE(std::filesystem::exists(step + "/" + error_file_name(1, "node1")));
-  EXPECT_FALSE(std::filesystem::exists(step + "/" + nccl_dump_prefix("node1") + "1"));
-  EXPECT_TRUE(std::filesystem::exists(step + "/" + error_file_name(2, "node1")));
-  EXPECT_TRUE(remove_step_log_dir_if_empty(step));
-  std::filesystem::remove(step + "/" + error_file_name(2, "node1"));
-  EXPECT_FALSE(remove_step_log_dir_if_empty(step));
-  EXPECT_FALSE(std::filesystem::exists(step));
-  EXPECT_THROW(prepare_step_log_dir("relative/12.3", 0, "node1"), Error);
+  EXPECT_EQ(lstat(path.c_str(), &info), 0) << path;
+  return info.st_mode & 07777;
+}
+
+TEST(StepLogs, PrepareMakesTheBaseAndTheStepsDirectoryPrivate) {
+  TempDir dir;
+  const std::string base = dir.path() + "/logs";
+  prepare_step_log_dir(base, "12.3", kDeadline);
+  EXPECT_EQ(mode_of(base), 0700u);
+  EXPECT_EQ(mode_of(base + "/12.3"), 0700u);
+  prepare_step_log_dir(base, "12.3", kDeadline);  // every task of the step does it again
+  EXPECT_NE(error_of([] { prepare_step_log_dir("relative", "12.3", kDeadline); }).find("is not an absolute path"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists("relative"));
   std::ofstream(dir.path() + "/file") << "not a directory";
-  try {
-    prepare_step_log_dir(dir.path() + "/file", 0, "node1");
-    FAIL() << "a file was taken for the log directory";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("file' is not a directory; export DDP_LOG_DIR="), std::string::npos)
-        << e.what();
+  EXPECT_NE(error_of([&] {
+              prepare_step_log_dir(dir.path() + "/file", "12.3", kDeadline);
+            }).find("log directory '" + dir.path() + "/file' is not a directory; export DDP_LOG_DIR="),
+            std::string::npos);
+}
+
+// The attack on a shared DDP_LOG_DIR: another user pre-creates the next job's <job>.<step> in a team directory that
+// everyone may write, and keeps a link named like a task's error file there; PyTorch's @record would overwrite the
+// link's target as the victim. The victim's task must refuse the directory (and so point PyTorch at no file), and so
+// must its srun, which would otherwise print the planted report as the first failure.
+TEST(StepLogs, ADirectoryOrLinkAnotherUserPlantedIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as two users";
+  constexpr uid_t kVictim = 65534, kAttacker = 65533;
+  TempDir dir;
+  const std::string team = dir.path() + "/team";
+  ASSERT_EQ(mkdir(team.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(team.c_str(), 01777), 0);
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  const std::string planted = team + "/12.0";
+  ASSERT_EQ(mkdir(planted.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(planted.c_str(), 0777), 0);
+  const std::string target = dir.path() + "/victims-file";
+  std::ofstream(target) << "the victim's data";
+  ASSERT_EQ(chown(target.c_str(), kVictim, kVictim), 0);
+  ASSERT_EQ(symlink(target.c_str(), (planted + "/" + error_file_name(0, "node1")).c_str()), 0);
+  std::ofstream(planted + "/" + error_file_name(1, "node1")) << R"({"message": "planted \u001b]0;owned\u0007"})";
+  for (const std::string& path : {planted, planted + "/" + error_file_name(1, "node1")}) {
+    ASSERT_EQ(lchown(path.c_str(), kAttacker, kAttacker), 0);
   }
+  // Its own directory for the victim's next job, in the same team directory.
+  const std::string own = dir.path() + "/own";
+  ASSERT_EQ(mkdir(own.c_str(), 0700), 0);
+  ASSERT_EQ(chown(own.c_str(), kVictim, kVictim), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (setresgid(kVictim, kVictim, kVictim) != 0 || setresuid(kVictim, kVictim, kVictim) != 0) _exit(3);
+    const std::string task = error_of([&] { prepare_step_log_dir(team, "12.0", kDeadline); });
+    const std::string at_start = error_of([&] { start_step_log_dir(team, "12.0"); });
+    std::optional<std::string> at_exit;
+    const std::string reading = error_of([&] { at_exit = finish_step_log_dir(team, "12.0"); });
+    const std::string refusal = "log directory '" + team + "' is owned by uid 0, not by you (uid 65534): its owner " +
+                                "could read, replace or delete your error reports; export DDP_LOG_DIR=";
+    bool ok = true;
+    for (const std::string& message : {task, at_start, reading}) {
+      if (message.rfind(refusal, 0) != 0) {
+        std::fprintf(stderr, "expected [%s...], got [%s]\n", refusal.c_str(), message.c_str());
+        ok = false;
+      }
+    }
+    // A directory of the victim's own with another user's step directory in it: refused by name.
+    _exit(ok && !at_exit ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::string content;
+  std::getline(std::ifstream(target), content);
+  EXPECT_EQ(content, "the victim's data");
+  // The victim's own base with another user's step directory in it (moved there by root, say): refused too.
+  ASSERT_EQ(rename(planted.c_str(), (own + "/12.0").c_str()), 0);
+  ASSERT_EQ(lchown((own + "/12.0").c_str(), kAttacker, kAttacker), 0);
+  const pid_t second = fork();
+  ASSERT_GE(second, 0);
+  if (second == 0) {
+    if (setresgid(kVictim, kVictim, kVictim) != 0 || setresuid(kVictim, kVictim, kVictim) != 0) _exit(3);
+    const std::string message = error_of([&] { prepare_step_log_dir(own, "12.0", kDeadline); });
+    _exit(message.rfind("log directory '" + own + "/12.0' is owned by uid 65533", 0) == 0 ? 0 : 1);
+  }
+  waitpid(second, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// A requeued job runs <job>.<step> again, and a new cluster's job ids start again at 1: what an earlier attempt left
+// in the step's directory is gone before the tasks start, so srun names only this attempt's failure, and a step that
+// succeeds leaves nothing. The job's earlier steps keep their reports but not their flight-recorder dumps; other jobs
+// keep everything.
+TEST(StepLogs, AnEarlierAttemptsFilesAreGoneBeforeTheStepStarts) {
+  TempDir dir;
+  const std::string base = dir.path();
+  for (const char* step : {"12.0", "12.1", "13.0"}) ASSERT_EQ(mkdir((base + "/" + step).c_str(), 0700), 0);
+  write_file(base + "/12.0/" + error_file_name(5, "node2"), R"({"message": "ValueError: the earlier attempt's"})",
+             1700000000);
+  write_file(base + "/12.0/" + nccl_dump_prefix("node2") + "5", std::string(100, 'x'));
+  ASSERT_EQ(symlink("/etc/hostname", (base + "/12.0/" + error_file_name(6, "node2")).c_str()), 0);
+  write_file(base + "/12.0/notes.txt", "the user's own file");
+  write_file(base + "/12.1/" + error_file_name(0, "node1"), R"({"message": "an earlier step"})");
+  write_file(base + "/12.1/" + nccl_dump_prefix("node1") + "0", std::string(100, 'x'));
+  write_file(base + "/13.0/" + nccl_dump_prefix("node1") + "0", std::string(100, 'x'));
+
+  EXPECT_EQ(start_step_log_dir(base, "12.0"), 4u);
+  EXPECT_TRUE(std::filesystem::exists(base + "/12.0/notes.txt"));
+  EXPECT_TRUE(std::filesystem::exists(base + "/12.1/" + error_file_name(0, "node1")));
+  EXPECT_FALSE(std::filesystem::exists(base + "/12.1/" + nccl_dump_prefix("node1") + "0"));
+  EXPECT_TRUE(std::filesystem::exists(base + "/13.0/" + nccl_dump_prefix("node1") + "0"));
+  EXPECT_TRUE(std::filesystem::exists("/etc/hostname"));
+  std::filesystem::remove(base + "/12.0/notes.txt");
+  EXPECT_EQ(finish_step_log_dir(base, "12.0"), std::nullopt);  // the step succeeded: nothing to say
+  EXPECT_FALSE(std::filesystem::exists(base + "/12.0"));
+
+  start_step_log_dir(base, "12.0");
+  write_file(base + "/12.0/" + error_file_name(1, "node1"), R"({"message": "ValueError: this attempt's"})");
+  const auto line = finish_step_log_dir(base, "12.0");
+  ASSERT_TRUE(line);
+  EXPECT_NE(line->find("step 12.0 failed; first failure: rank 1 on node1, at "), std::string::npos) << *line;
+  EXPECT_NE(line->find(": ValueError: this attempt's (ddp-why 12.0 shows the whole report)"), std::string::npos)
+      << *line;
 }
 
 TEST(StepLogs, TaskVariablesKeepTheUsersWatchdogSettings) {

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "error.hpp"
+#include "test_common.hpp"
 
 namespace ddp {
 namespace {
+
+using ddp::testing::error_of;
 
 size_t index_of(const std::string& name) {
   const auto& table = option_table();
@@ -14,15 +17,6 @@ size_t index_of(const std::string& name) {
   }
   ADD_FAILURE() << "no option " << name;
   return table.size();
-}
-
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Options, DdpTakesAnOptionalBackend) {
@@ -107,6 +101,24 @@ TEST(Options, ARecoveringStepIsNotEndedByAFailedTask) {
   EXPECT_EQ(kill_on_bad_exit(options), false);
 }
 
+TEST(Options, CleanEnvNamesTheRuntimesPrefix) {
+  Options options;
+  EXPECT_FALSE(options.cleanenv.has_value()) << "unset: the admin's cleanenv applies";
+  apply_option(options, index_of("ddp-cleanenv"), "apptainer");
+  EXPECT_EQ(options.cleanenv, CleanEnv::Apptainer);
+  EXPECT_STREQ(env_prefix(*options.cleanenv), "APPTAINERENV_");
+  apply_option(options, index_of("ddp-cleanenv"), "singularity");
+  EXPECT_STREQ(env_prefix(*options.cleanenv), "SINGULARITYENV_");
+  apply_option(options, index_of("ddp-cleanenv"), "off");
+  EXPECT_EQ(options.cleanenv, CleanEnv::Off);
+  EXPECT_EQ(error_of([&] { apply_option(options, index_of("ddp-cleanenv"), "docker"); }),
+            "unknown --ddp-cleanenv value 'docker'; use apptainer (APPTAINERENV_ names), singularity "
+            "(SINGULARITYENV_ names) or off");
+  EXPECT_EQ(parse_config({"cleanenv=apptainer"}, "f").cleanenv, CleanEnv::Apptainer);
+  EXPECT_EQ(parse_config({}, "f").cleanenv, CleanEnv::Off);
+  EXPECT_THROW(parse_config({"cleanenv=yes"}, "f"), Error);
+}
+
 TEST(Options, EveryOptionIsNamedAndDocumented) {
   for (const OptionSpec& spec : option_table()) {
     EXPECT_EQ(std::string(spec.name).rfind("ddp", 0), 0u) << spec.name;
@@ -138,11 +150,11 @@ TEST(Config, RejectsBadArgumentsNamingKeyValueAndFile) {
   EXPECT_EQ(error_of([&] { parse_config({"prot_range=1-2"}, file); }),
             "plugstack argument 'prot_range=1-2' in " + file +
                 ": unknown key 'prot_range'; known keys: port_range, default_backend, snapshot_dir, bind, nic, "
-                "topology_xml, topology_cache, snapshot_dir_timeout");
+                "topology_xml, topology_cache, snapshot_dir_timeout, cleanenv");
   EXPECT_EQ(error_of([&] { parse_config({"verbose"}, file); }),
             "plugstack argument 'verbose' in " + file +
                 " is not key=value; known keys: port_range, default_backend, snapshot_dir, bind, nic, topology_xml, "
-                "topology_cache, snapshot_dir_timeout");
+                "topology_cache, snapshot_dir_timeout, cleanenv");
   for (const char* bad :
        {"port_range=30000", "port_range=3-2", "port_range=100-200", "port_range=20000-70000",
         "port_range=", "default_backend=tcp", "default_backend=", "bind=all", "nic=a b", "topology_xml=p4d.xml"}) {

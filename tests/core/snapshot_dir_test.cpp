@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "error.hpp"
 #include "task_env.hpp"
@@ -17,18 +19,10 @@
 namespace ddp {
 namespace {
 
+using ddp::testing::error_of;
+
 namespace fs = std::filesystem;
 const PathVars kVars{"alice", "4711", "resnet"};
-
-std::string error_of(const std::function<void()>& body) {
-  // Empty when body succeeds.
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 class SnapshotDirTest : public ::testing::Test {
  protected:
@@ -180,7 +174,7 @@ TEST_F(SnapshotDirTest, ADirectoryAnotherUserMadeIsRefusedWithOneLine) {
                                  "owner could read, replace or delete your snapshots; use a directory of your own "
                                  "(--ddp-snapshot-dir)"),
             0);
-  EXPECT_EQ(refused(parent + "/4711", "lies in '" + parent + "', which uid 65533 owns and everyone may write"), 0);
+  EXPECT_EQ(refused(parent + "/4711", "lies in '" + parent + "', which uid 65533 owns: its owner could replace"), 0);
   EXPECT_EQ(refused(root_ + "/ddp-4712", "is a symbolic link"), 0);
   // Nothing was created in the attacker's directories.
   EXPECT_FALSE(std::filesystem::exists(parent + "/4711"));
@@ -189,6 +183,95 @@ TEST_F(SnapshotDirTest, ADirectoryAnotherUserMadeIsRefusedWithOneLine) {
       as_user(kVictim,
               [&] { return error_of([&] { prepare_snapshot_dir(root_ + "/ddp-4713", kOption, kDeadline); }).empty(); }),
       0);
+}
+
+// A directory above the snapshot directory decides who can swap it: its owner, and whoever may write it unless the
+// sticky bit stops them from renaming what is not theirs. Each parent below is set up as the victim finds it, and
+// the victim's step must refuse it with one line naming that parent; the parents it accepts are those only root or
+// the victim control.
+TEST_F(SnapshotDirTest, AParentOthersControlIsRefusedWithOneLineNamingIt) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as two users";
+  ASSERT_EQ(chmod(root_.c_str(), 0755), 0);
+  struct Parent {
+    std::string name;
+    uid_t owner;
+    mode_t mode;
+    std::string refusal;  // empty: accepted
+  };
+  const std::vector<Parent> parents = {
+      {"group-writable", 0, 0775, "which its group may write (mode 0775, no sticky bit): they could replace"},
+      {"everyone-writable-root", 0, 0777, "which everyone may write (mode 0777, no sticky bit)"},
+      {"own-group-writable", kVictim, 02770, "which its group may write (mode 2770, no sticky bit)"},
+      {"sticky-of-another", kAttacker, 01777, "which uid 65533 owns: its owner could replace the snapshot directory"},
+      {"plain-of-another", kAttacker, 0755, "which uid 65533 owns: its owner could replace the snapshot directory"},
+      {"sticky-of-root", 0, 01777, ""},
+      {"group-sticky-of-root", 0, 01775, ""},
+      {"plain-of-root", 0, 0755, ""},
+      {"own", kVictim, 0755, ""},
+  };
+  for (const Parent& parent : parents) {
+    const std::string path = root_ + "/" + parent.name;
+    ASSERT_EQ(mkdir(path.c_str(), 0700), 0);
+    ASSERT_EQ(chown(path.c_str(), parent.owner, parent.owner), 0);
+    ASSERT_EQ(chmod(path.c_str(), parent.mode), 0);
+    // Where the victim may not create, the directory is there already, made by the victim.
+    ASSERT_EQ(mkdir((path + "/snapshots").c_str(), 0700), 0);
+    ASSERT_EQ(chown((path + "/snapshots").c_str(), kVictim, kVictim), 0);
+    const int held = as_user(kVictim, [&] {
+      const std::string message = error_of([&] { prepare_snapshot_dir(path + "/snapshots", kOption, kDeadline); });
+      const std::string expected = parent.refusal.empty() ? ""
+                                                          : "snapshot directory '" + path + "/snapshots' lies in '" +
+                                                                path + "', " + parent.refusal;
+      const bool ok = parent.refusal.empty()
+                          ? message.empty()
+                          : message.rfind(expected, 0) == 0 && message.find('\n') == std::string::npos;
+      if (!ok)
+        std::fprintf(stderr, "%s: expected [%s...], got [%s]\n", parent.name.c_str(), expected.c_str(),
+                     message.c_str());
+      return ok;
+    });
+    EXPECT_EQ(held, 0) << parent.name;
+  }
+}
+
+// In a rootless container (ch-run, Apptainer, enroot) the node's root is not mapped, and its directories (/, /tmp)
+// show the overflow uid 65534 there: they count as root's, or no snapshot directory could be used inside. Outside
+// such a namespace, a parent that uid 65534 really owns is another user's, as any other.
+TEST_F(SnapshotDirTest, TheOverflowUidCountsAsRootOnlyInAUserNamespaceWithoutRoot) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as two users";
+  constexpr uid_t kUser = 65531;
+  ASSERT_EQ(chmod(root_.c_str(), 0755), 0);
+  const std::string nobodys = root_ + "/nobodys";
+  const std::string home = root_ + "/home";
+  for (const auto& [path, owner] : {std::pair{nobodys, kVictim}, std::pair{home, kUser}}) {
+    ASSERT_EQ(mkdir(path.c_str(), 0755), 0);
+    ASSERT_EQ(chown(path.c_str(), owner, owner), 0);
+  }
+  ASSERT_EQ(as_user(kUser,
+                    [&] {
+                      return error_of([&] {
+                               prepare_snapshot_dir(nobodys + "/snap", kOption, kDeadline);
+                             }).find("lies in '" + nobodys + "', which uid 65534 owns") != std::string::npos;
+                    }),
+            0);
+  const int held = as_user(kUser, [&] {
+    if (unshare(CLONE_NEWUSER) != 0) _exit(77);
+    prctl(PR_SET_DUMPABLE, 1);  // cleared by the switch from root: /proc/self would stay root's, its maps unwritable
+    const std::string map = std::to_string(kUser) + " " + std::to_string(kUser) + " 1\n";
+    for (const auto& [file, text] : {std::pair{"/proc/self/setgroups", std::string("deny")},
+                                     std::pair{"/proc/self/uid_map", map}, std::pair{"/proc/self/gid_map", map}}) {
+      std::FILE* out = std::fopen(file, "w");
+      if (out == nullptr || std::fputs(text.c_str(), out) < 0 || std::fclose(out) != 0) return false;
+    }
+    struct stat top = {};
+    if (stat(root_.c_str(), &top) != 0 || top.st_uid != 65534) return false;  // root's, as the container shows it
+    const std::string message = error_of([&] { prepare_snapshot_dir(home + "/snap", kOption, kDeadline); });
+    if (!message.empty()) std::fprintf(stderr, "in the user namespace: %s\n", message.c_str());
+    return message.empty();
+  });
+  if (held == 77) GTEST_SKIP() << "no user namespaces here (unshare(CLONE_NEWUSER) refused)";
+  EXPECT_EQ(held, 0);
+  EXPECT_TRUE(fs::is_directory(home + "/snap"));
 }
 
 TEST_F(SnapshotDirTest, ChecksAsTheUserNotAsRoot) {

@@ -198,6 +198,19 @@ TEST(TaskEnv, VerboseLineIsOneStableLine) {
             "TORCHELASTIC_USE_AGENT_STORE=False DDP_BACKEND=auto OMP_NUM_THREADS=8[user] USE_LIBUV=0");
 }
 
+// Under srun --export=NONE the task's own environment lacks DDP_JOB_KEY: the plugin gives it the job's key (which
+// reached slurmstepd under its carrier's name), and --ddp-verbose, whose lines go to output files, never prints it.
+TEST(TaskEnv, TheJobsKeyReachesTheTaskButNeverTheVerboseLine) {
+  StepInfo step = two_by_two(0);
+  step.job_key = "0123456789abcdef0123456789abcdef";
+  const StepPlan plan = plan_step(step, ddp_on(), Config{}, kEphemeral);
+  const TaskEnv env = task_env(plan, {0, 0, 0}, user_env({}));
+  EXPECT_EQ(env.value(kJobKeyVariable), step.job_key);
+  const std::string line = verbose_line(plan, {0, 0, 0}, env);
+  EXPECT_EQ(line.find(step.job_key), std::string::npos) << line;
+  EXPECT_NE(line.find(" DDP_JOB_KEY=(secret) "), std::string::npos) << line;
+}
+
 TEST(Step, SpecialStepsAreNotApplicationSteps) {
   EXPECT_TRUE(is_application_step(0));
   EXPECT_TRUE(is_application_step(12345));

@@ -23,6 +23,16 @@ expect_usage_error "ddp-doctor: RANK '5' is not below WORLD_SIZE 2" RANK=5 WORLD
 expect_usage_error "ddp-doctor: MASTER_PORT 'http' is not a whole number from 1 to 65535" RANK=0 WORLD_SIZE=2 \
   MASTER_ADDR=127.0.0.1 MASTER_PORT=http "$DOCTOR"
 expect_usage_error "ddp-doctor: --snapshot-size '10 GB' is not a size" "$DOCTOR" --snapshot-size "10 GB"
+# What srun --ddp set (DDP_CONTRACT) replaced after it, as pyxis with enroot's pytorch hook does in the wrong plugin
+# order: named; the same port given with --master-port is the user's own choice and is used.
+contract="RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999"
+expect_usage_error "ddp-doctor: MASTER_PORT=61003 in this program, but srun --ddp set MASTER_PORT=29999" \
+  DDP_CONTRACT="$contract" RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=61003 "$DOCTOR" --quick
+rc=0
+env DDP_CONTRACT="$contract" RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=61003 "$DOCTOR" --quick --json \
+  --master-port "$(free_port)" --snapshot-dir "$WORK" >"$WORK/out" 2>"$WORK/err" || rc=$?
+[ "$rc" -ne 2 ] || fail "--master-port under a contract was refused: $(cat "$WORK/err")"
+grep -q '"check":"container.runtime"' "$WORK/out" || fail "no container.runtime row: $(head -c 600 "$WORK/out")"
 
 "$DOCTOR" --help >"$WORK/help"
 grep -q "^usage: srun --ddp" "$WORK/help" || fail "--help does not start with the usage"

@@ -136,19 +136,19 @@ TEST(Group, RankZeroGoesOnWithoutRanksThatNeverCameAndReportsThem) {
 
 TEST(Group, ForeignRanksAreTurnedAwayWithTheReason) {
   StoreServer server(0, "test-run", 2);
-  const std::string other_size = what_of([&] { StoreClient("127.0.0.1", server.port(), {"test-run", 5, 1}, 2s); });
+  const std::string other_size = what_of([&] { StoreClient("127.0.0.1", server.port(), {"test-run", 5, 1, ""}, 2s); });
   EXPECT_TRUE(contains(other_size, "refused rank 1: it says WORLD_SIZE=5, rank 0 has WORLD_SIZE=2")) << other_size;
-  const std::string other_run = what_of([&] { StoreClient("127.0.0.1", server.port(), {"7.0", 2, 1}, 2s); });
+  const std::string other_run = what_of([&] { StoreClient("127.0.0.1", server.port(), {"7.0", 2, 1, ""}, 2s); });
   EXPECT_TRUE(contains(other_run, "it belongs to run 7.0, this is run test-run")) << other_run;
-  StoreClient first("127.0.0.1", server.port(), {"test-run", 2, 1}, 2s);
-  const std::string twice = what_of([&] { StoreClient("127.0.0.1", server.port(), {"test-run", 2, 1}, 2s); });
+  StoreClient first("127.0.0.1", server.port(), {"test-run", 2, 1, ""}, 2s);
+  const std::string twice = what_of([&] { StoreClient("127.0.0.1", server.port(), {"test-run", 2, 1, ""}, 2s); });
   EXPECT_TRUE(contains(twice, "RANK=1 connected twice")) << twice;
   EXPECT_EQ(server.wait_for_ranks(Deadline::after(0ms)), std::vector<int>{1});
 }
 
 TEST(Group, ALostRankIsAnErrorNamingItAndTheStepNotAHang) {
   StoreServer server(0, "test-run", 2);
-  auto rank0 = std::make_unique<StoreClient>("127.0.0.1", server.port(), Greeting{"test-run", 2, 0}, 2s);
+  auto rank0 = std::make_unique<StoreClient>("127.0.0.1", server.port(), Greeting{"test-run", 2, 0, ""}, 2s);
   Group group(nullptr, std::move(rank0), 0, {0, 1}, "test");
   const std::string error = what_of([&] { group.gather("results", "mine", Deadline::after(300ms)); });
   EXPECT_TRUE(contains(error, "waiting for rank 1 at step 'results': timed out")) << error;

@@ -43,7 +43,7 @@ Launch rank_of_two(int rank, uint16_t port) {
 // What rank 1 makes of a list of members that a rank 0 under the attacker's control published.
 std::string members_seen_by_rank1(const std::string& members) {
   StoreServer server(0, "attack", 2);
-  StoreClient forged_rank0("127.0.0.1", server.port(), {"attack", 2, 0}, 2s);
+  StoreClient forged_rank0("127.0.0.1", server.port(), {"attack", 2, 0, ""}, 2s);
   forged_rank0.set("members", members, Deadline::after(2s));
   return what_of([&] { meet(rank_of_two(1, server.port()), budget_of(2s), nullptr); });
 }
@@ -110,7 +110,7 @@ TEST(StoreAttack, SilentStrangersDelayNobodyAndAreDroppedAfterTheirGreetingTime)
   for (int i = 0; i < 30; ++i) strangers.push_back(Socket::connect_to("127.0.0.1", server.port(), Deadline::after(2s)));
   strangers[0].send_all(std::string("\x10\x00\x00\x00partial", 11), Deadline::after(1s));  // a frame never finished
   // Three ranks, each allowed 1 s: read one stranger after the other for kGreetingWait each, they would never get in.
-  on_threads(3, [&](int rank) { StoreClient("127.0.0.1", server.port(), {"attack", 3, rank}, 1s); });
+  on_threads(3, [&](int rank) { StoreClient("127.0.0.1", server.port(), {"attack", 3, rank, ""}, 1s); });
   EXPECT_EQ(server.wait_for_ranks(Deadline::after(1s)), (std::vector<int>{0, 1, 2}));
   for (const Socket& stranger : strangers) {
     char byte = 0;
@@ -118,9 +118,67 @@ TEST(StoreAttack, SilentStrangersDelayNobodyAndAreDroppedAfterTheirGreetingTime)
   }
 }
 
+constexpr const char* kKey = "0123456789abcdef0123456789abcdef";
+
+// An outsider who read the run id and size from squeue, and the port from /proc/net/tcp, greets as a free rank.
+// Without the job's key it takes no slot and can set no key; the real rank then joins.
+TEST(StoreAttack, AnOutsiderWithoutTheJobsKeyTakesNoRankSlotAndSetsNoKey) {
+  StoreServer server(0, "812.0", 3, kKey);
+  StoreClient rank0("127.0.0.1", server.port(), {"812.0", 3, 0, kKey}, 2s);
+  // Through the client: it already finds that it cannot check rank 0's proof, and gives up.
+  for (const std::string& guess : {std::string(), std::string(32, '0')}) {
+    const std::string error = what_of([&] { StoreClient("127.0.0.1", server.port(), {"812.0", 3, 2, guess}, 2s); });
+    EXPECT_TRUE(contains(error, "cannot prove that it knows this job's key")) << error;
+  }
+  // By hand: the outsider answers the challenge with anything, then tries to set the link test's address.
+  Socket outsider = Socket::connect_to("127.0.0.1", server.port(), Deadline::after(2s));
+  outsider.send_frame(WireWriter().put("ddp-doctor/3").put("812.0").put_int(3).put_int(1).put("n").bytes(),
+                      Deadline::after(2s));
+  EXPECT_EQ(WireReader(outsider.recv_frame(Deadline::after(2s), kMaxFrame)).get(), "challenge");
+  outsider.send_frame(WireWriter().put(std::string(64, 'f')).bytes(), Deadline::after(2s));
+  WireReader verdict(outsider.recv_frame(Deadline::after(2s), kMaxFrame));
+  EXPECT_EQ(verdict.get(), "refused");
+  EXPECT_EQ(verdict.get_text(),
+            "it cannot prove that it knows this job's key (DDP_JOB_KEY): it is no rank of this job");
+  try {
+    outsider.send_frame(WireWriter().put("set").put("link/1").put("10.0.0.66:1").bytes(), Deadline::after(2s));
+    outsider.recv_frame(Deadline::after(2s), kMaxFrame);
+    ADD_FAILURE() << "the outsider's set was answered";
+  } catch (const NetError&) {
+  }
+  on_threads(2, [&](int i) { StoreClient("127.0.0.1", server.port(), {"812.0", 3, i + 1, kKey}, 2s); });
+  EXPECT_EQ(server.wait_for_ranks(Deadline::after(1s)), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(what_of([&] { rank0.get("link/1", "the outsider's key", Deadline::after(200ms)); }),
+            "the outsider's key: timed out");
+}
+
+// Strangers that connect and say nothing hold every place the server has (before: the ranks plus 64): the ranks
+// must still get in, each within its own second.
+TEST(StoreAttack, StrangersHoldingEveryPlaceKeepNoRankOut) {
+  StoreServer server(0, "812.0", 2, kKey);
+  std::vector<Socket> strangers;
+  for (size_t i = 0; i < 2 * kMaxPending + 2; ++i) {
+    strangers.push_back(Socket::connect_to("127.0.0.1", server.port(), Deadline::after(2s)));
+  }
+  on_threads(2, [&](int rank) { StoreClient("127.0.0.1", server.port(), {"812.0", 2, rank, kKey}, 1s); });
+  EXPECT_EQ(server.wait_for_ranks(Deadline::after(1s)), (std::vector<int>{0, 1}));
+}
+
+// The other way round: a program that holds MASTER_PORT before rank 0 cannot pass for rank 0's store.
+TEST(StoreAttack, ARankRefusesAServerThatCannotProveTheJobsKey) {
+  StoreServer impostor(0, "812.0", 2, std::string(32, 'e'));
+  const std::string error = what_of([&] { StoreClient("127.0.0.1", impostor.port(), {"812.0", 2, 1, kKey}, 2s); });
+  EXPECT_TRUE(contains(error, "cannot prove that it knows this job's key (DDP_JOB_KEY): it is not this job's rank 0"))
+      << error;
+  EXPECT_EQ(greeting_proof(kKey, "client", {"a", "b"}), greeting_proof(kKey, "client", {"a", "b"}));
+  EXPECT_NE(greeting_proof(kKey, "client", {"a", "b"}), greeting_proof(kKey, "server", {"a", "b"}));
+  EXPECT_NE(greeting_proof(kKey, "client", {"ab", ""}), greeting_proof(kKey, "client", {"a", "b"}));
+  EXPECT_EQ(greeting_proof(kKey, "client", {}).size(), 64u);
+}
+
 TEST(StoreAttack, AFrameOverTheLimitClosesThatConnectionOnly) {
   StoreServer server(0, "attack", 2);
-  StoreClient rank0("127.0.0.1", server.port(), {"attack", 2, 0}, 2s);
+  StoreClient rank0("127.0.0.1", server.port(), {"attack", 2, 0, ""}, 2s);
   Socket liar = Socket::connect_to("127.0.0.1", server.port(), Deadline::after(2s));
   liar.send_all(std::string("\xff\xff\xff\x7f", 4), Deadline::after(1s));  // announces 2 GiB
   char byte = 0;
@@ -132,8 +190,8 @@ TEST(StoreAttack, AFrameOverTheLimitClosesThatConnectionOnly) {
 TEST(StoreAttack, ANonceThatIsAPathNeverReachesTheFileSystem) {
   TempDir snapshots;
   StoreServer server(0, "attack", 2);
-  StoreClient forged_rank0("127.0.0.1", server.port(), {"attack", 2, 0}, 2s);
-  auto store = std::make_unique<StoreClient>("127.0.0.1", server.port(), Greeting{"attack", 2, 1}, 2s);
+  StoreClient forged_rank0("127.0.0.1", server.port(), {"attack", 2, 0, ""}, 2s);
+  auto store = std::make_unique<StoreClient>("127.0.0.1", server.port(), Greeting{"attack", 2, 1, ""}, 2s);
   Group rank1(nullptr, std::move(store), 1, {0, 1}, "test");
   forged_rank0.set("nonce/1", "/../../../tmp/ddp-owned", Deadline::after(2s));
   const std::vector<Peer> peers{{0, "node1", true, "", true}, {1, "node2", true, "", true}};

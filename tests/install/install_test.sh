@@ -29,16 +29,25 @@ write_conf "$WORK/a"
 echo "include $WORK/a/plugstack.conf.d/*.conf" >"$WORK/a/plugstack.conf"
 install_into "$WORK/a" port_range=21000-21999 >"$WORK/first.log"
 [ -x "$WORK/a/plugins/ddp.so" ] || fail "ddp.so not installed"
-[ "$(cat "$WORK/a/plugstack.conf.d/ddp.conf")" = "required $WORK/a/plugins/ddp.so port_range=21000-21999" ] ||
-  fail "unexpected snippet: $(cat "$WORK/a/plugstack.conf.d/ddp.conf")"
+[ "$(cat "$WORK/a/plugstack.conf.d/zz-ddp.conf")" = "required $WORK/a/plugins/ddp.so port_range=21000-21999" ] ||
+  fail "unexpected snippet: $(cat "$WORK/a/plugstack.conf.d/zz-ddp.conf")"
 help=$(SLURM_CONF=$WORK/a/slurm.conf srun --help)
 grep -q -- '--ddp-port' <<<"$help" || fail "srun does not list --ddp-port"
 
 # 2. Idempotent: the second run writes nothing.
-before=$(stat -c '%Y %i' "$WORK/a/plugins/ddp.so" "$WORK/a/plugstack.conf.d/ddp.conf")
+before=$(stat -c '%Y %i' "$WORK/a/plugins/ddp.so" "$WORK/a/plugstack.conf.d/zz-ddp.conf")
 install_into "$WORK/a" port_range=21000-21999 >"$WORK/second.log"
 grep -E 'wrote|installed' "$WORK/second.log" && fail "second run changed files"
-[ "$before" = "$(stat -c '%Y %i' "$WORK/a/plugins/ddp.so" "$WORK/a/plugstack.conf.d/ddp.conf")" ] || fail "files touched"
+[ "$before" = "$(stat -c '%Y %i' "$WORK/a/plugins/ddp.so" "$WORK/a/plugstack.conf.d/zz-ddp.conf")" ] || fail "files touched"
+
+# 2b. An earlier install's ddp.conf (which sorts before pyxis.conf) goes; a pyxis snippet sorting after ours is named.
+echo "required $WORK/a/plugins/ddp.so" >"$WORK/a/plugstack.conf.d/ddp.conf"
+echo "optional $WORK/a/plugins/spank_pyxis.so" >"$WORK/a/plugstack.conf.d/zzz-pyxis.conf"
+install_into "$WORK/a" port_range=21000-21999 >"$WORK/upgrade.log"
+[ ! -e "$WORK/a/plugstack.conf.d/ddp.conf" ] || fail "the old ddp.conf was left beside zz-ddp.conf"
+grep -q "warning: $WORK/a/plugstack.conf.d/zzz-pyxis.conf loads pyxis after zz-ddp.conf" "$WORK/upgrade.log" ||
+  fail "a pyxis snippet after zz-ddp.conf was not named: $(cat "$WORK/upgrade.log")"
+rm "$WORK/a/plugstack.conf.d/zzz-pyxis.conf"
 
 # 3. No include line: exactly one ddp.so line in plugstack.conf, updated in place.
 write_conf "$WORK/b"
@@ -70,4 +79,47 @@ mkdir -p "$WORK/empty"
 if "$COMPUTE" --plugin-dir "$WORK/empty" >"$WORK/compute-empty.log" 2>&1; then fail "a node without ddp.so passed"; fi
 grep -q "no ddp.so in $WORK/empty: run install-head-node.sh on the head node first" "$WORK/compute-empty.log" ||
   fail "unclear message for a node without ddp.so: $(cat "$WORK/compute-empty.log")"
+
+# 6. A changed plugin over a live one (a PluginDir on shared storage, mapped by running steps on other nodes): never
+# written in place, and the old inode keeps a name, so that NFS does not remove it under a process that maps it.
+live=$WORK/a/plugins/ddp.so
+before_inode=$(stat -c %i "$live")
+before_sum=$(sha256sum <"$live")
+printf 'a changed build' >>"$WORK/build/spank_plugin/ddp.so"  # trailing bytes: still a loadable plugin
+install_into "$WORK/a" port_range=21000-21999 >"$WORK/third.log"
+grep -q "installed: $live (the previous one stays as $live\.[0-9a-f]\{16\}" "$WORK/third.log" ||
+  fail "reinstall: $(cat "$WORK/third.log")"
+[ "$(stat -c %i "$live")" != "$before_inode" ] || fail "the live ddp.so was written in place"
+kept=$(find "$WORK/a/plugins" -inum "$before_inode")
+[ -n "$kept" ] || fail "the old ddp.so's inode lost its last name: a process on another node mapping it would get SIGBUS"
+[ "$(sha256sum <"$kept")" = "$before_sum" ] || fail "the old ddp.so was changed"
+[ -z "$(find "$WORK/a/plugins" -name '.ddp.so.*')" ] || fail "a temporary file was left: $(ls -A "$WORK/a/plugins")"
+grep -q -- '--ddp-port' <<<"$(SLURM_CONF=$WORK/a/slurm.conf srun --help)" || fail "srun does not load the new plugin"
+
+# 7. ParallelCluster's head-node action: a tarball whose SHA-256 is not the one given is refused before anything is
+# unpacked; a good one is unpacked as root's files whatever owners the archive records, and installed.
+PCLUSTER=$(dirname "$SCRIPT")/pcluster-head-node.sh
+mkdir -p "$WORK/src/slurm-ddp/sbatch_templates/parallelcluster" "$WORK/opt"
+printf '#!/bin/sh
+echo "install-head-node $*" >"%s/installed"
+' "$WORK" \
+  >"$WORK/src/slurm-ddp/sbatch_templates/parallelcluster/install-head-node.sh"
+chmod 0775 "$WORK/src/slurm-ddp/sbatch_templates/parallelcluster/install-head-node.sh"
+tar -czf "$WORK/slurm-ddp.tar.gz" -C "$WORK/src" --owner=4242 --group=4242 slurm-ddp
+good=$(sha256sum "$WORK/slurm-ddp.tar.gz" | cut -d' ' -f1)
+pcluster() { env DDP_PCLUSTER_DEST="$WORK/opt/slurm-ddp" DDP_PCLUSTER_SLURM_PREFIX="$WORK/prefix" "$PCLUSTER" "$@"; }
+if pcluster "$WORK/slurm-ddp.tar.gz" "$(printf '%064d' 0)" port_range=1-2 >"$WORK/bad-sum.log" 2>&1; then
+  fail "a tarball with another checksum was installed"
+fi
+grep -q "does not have SHA-256 0\{64\} (it is $good); nothing was installed" "$WORK/bad-sum.log" ||
+  fail "unclear checksum refusal: $(cat "$WORK/bad-sum.log")"
+if [ -e "$WORK/opt/slurm-ddp" ] || [ -e "$WORK/installed" ]; then fail "something was unpacked or installed"; fi
+if pcluster "$WORK/slurm-ddp.tar.gz" >/dev/null 2>&1; then fail "a tarball without a checksum was installed"; fi
+pcluster "$WORK/slurm-ddp.tar.gz" "$good" port_range=20000-29999 >"$WORK/pcluster.log" 2>&1 ||
+  fail "pcluster-head-node.sh: $(cat "$WORK/pcluster.log")"
+[ "$(cat "$WORK/installed")" = "install-head-node --slurm-prefix $WORK/prefix port_range=20000-29999" ] ||
+  fail "install-head-node.sh ran as: $(cat "$WORK/installed")"
+owners=$(find "$WORK/opt/slurm-ddp" -printf '%u:%g\n' | sort -u)
+[ "$owners" = "root:root" ] || fail "unpacked files keep the archive's owners: $owners"
+[ -z "$(find "$WORK/opt/slurm-ddp" -perm /022)" ] || fail "unpacked files others may write: $(find "$WORK/opt/slurm-ddp" -perm /022)"
 echo "install_test: OK"

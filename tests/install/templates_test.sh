@@ -15,6 +15,9 @@ for template in "$DIR"/*.sbatch "$DIR"/parallelcluster/*.sbatch; do
   grep -q '^#SBATCH --ddp' "$template" || fail "$template lacks #SBATCH --ddp"
   grep -q '^#SBATCH --signal=B:USR2@' "$template" || fail "$template lacks the USR2 warning signal"
   grep -q '^#SBATCH --requeue' "$template" || fail "$template is not requeueable"
+  # GPUs come from the command line in either form: Slurm 26.05 refuses --gres=gpu beside --gpus-per-node.
+  if grep -E '^#SBATCH +--(gpus|gres)' "$template"; then fail "$template asks for GPUs itself"; fi
+  grep -q 'the job has no GPUs: submit it with --gpus-per-node=' "$template" || fail "$template runs on without GPUs"
 done
 /usr/bin/python3 -c 'import sys, yaml; yaml.safe_load(open(sys.argv[1]))' "$DIR/parallelcluster/cluster-config.yaml" ||
   fail "cluster-config.yaml is not valid YAML"

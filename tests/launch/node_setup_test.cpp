@@ -3,8 +3,10 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -212,6 +214,27 @@ TEST(NodeSetup, AnAdminTopologyThatCrashesHwlocFailsWithOneLine) {
   }
 }
 
+// The admin's topology_xml on a file system that hangs, or a FIFO nobody writes: slurmstepd read it by path (in a
+// child that it waited for without end) and hung with it; the step must fail at the deadline with one line.
+TEST(NodeSetup, AnAdminTopologyThatHangsFailsAtTheDeadline) {
+  const testing::TempDir dir;
+  const std::string fifo = dir / "topology.xml";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  StepPlan plan = step_plan(1);
+  plan.topology_xml = fifo;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    setup_node(plan, "127.0.0.1", "", std::chrono::milliseconds(500));
+    ADD_FAILURE() << "a topology that cannot be read was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "topology_xml '" + fifo +
+                                         "' in plugstack.conf could not be read within 0.5 s: its file system hangs, "
+                                         "or it is not a regular file; run the step with --ddp-bind=none to skip "
+                                         "topology binding");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
 TEST(NodeSetup, RunningSystemBindsCpusItMayUse) {
   StepPlan plan = step_plan(1);
   plan.nic = "lo";  // the CPUs are under test, not the choice among this machine's interfaces (maybe lo alone)
@@ -333,7 +356,40 @@ TEST_F(TopologyCacheTest, UntrustedFilesAreIgnored) {
   ASSERT_EQ(chown(file.c_str(), 0, 0), 0);
   ASSERT_EQ(chmod(dir_.c_str(), 0777), 0);  // a directory anyone could write into
   EXPECT_EQ(trusted_topology_cache(dir_), std::nullopt);
-  EXPECT_THROW(ensure_topology_cache(root_ + "/missing/parent"), Error);
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  ensure_topology_cache(root_ + "/missing/parent");  // made, as root's alone
+  EXPECT_TRUE(trusted_topology_cache(root_ + "/missing/parent"));
+}
+
+// The cache is written as root: under a directory another user owns, that user could swap the cache directory for
+// one of theirs between the check and the write, or after it, and have root write there, or later steps read their
+// XML as this node's topology. Such a directory is refused, written nowhere, and never read.
+TEST_F(TopologyCacheTest, ADirectoryAnotherUserControlsIsNeitherWrittenNorRead) {
+  if (geteuid() != 0) GTEST_SKIP() << "the cache is root's";
+  ASSERT_EQ(chmod(root_.c_str(), 0755), 0);
+  const std::string theirs = root_ + "/theirs";
+  ASSERT_EQ(mkdir(theirs.c_str(), 0755), 0);
+  ASSERT_EQ(chown(theirs.c_str(), 65533, 65533), 0);
+  try {
+    ensure_topology_cache(theirs + "/cache");
+    ADD_FAILURE() << "root wrote its cache below another user's directory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("topology cache '" + theirs + "/cache' lies in '" + theirs +
+                                         "', which uid 65533 owns"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(theirs + "/cache"));
+  // Made by root, then found below their directory: not read either.
+  ASSERT_EQ(chown(theirs.c_str(), 0, 0), 0);
+  ensure_topology_cache(theirs + "/cache");
+  ASSERT_TRUE(trusted_topology_cache(theirs + "/cache"));
+  ASSERT_EQ(chown(theirs.c_str(), 65533, 65533), 0);
+  EXPECT_EQ(trusted_topology_cache(theirs + "/cache"), std::nullopt);
+  // A link in place of the cache directory: refused.
+  ASSERT_EQ(symlink(dir_.c_str(), (root_ + "/link").c_str()), 0);
+  EXPECT_THROW(ensure_topology_cache(root_ + "/link"), Error);
+  EXPECT_EQ(trusted_topology_cache(root_ + "/link"), std::nullopt);
 }
 
 TEST(TopologyCacheChoice, OnlyForStepsThatProbeTheSystem) {

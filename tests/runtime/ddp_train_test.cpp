@@ -8,15 +8,24 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <sstream>
+#include <thread>
 
 #include "ddp_runtime/c10d_compat.hpp"
+#include "test_common.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
 namespace {
+
+using ddp::runtime::testing::with;
+using ddp::testing::contains;
 
 using testing::ddp_train;
 using testing::Result;
@@ -30,8 +39,6 @@ void expect_equal_models(const std::string& a, const std::string& b) {
         << item.key().toStringRef() << " differs between " << a << " and " << b;
   }
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // mpirun's messages are wrapped at different columns by OpenMPI 4 and 5.
 std::string unwrapped(std::string text) {
@@ -99,6 +106,173 @@ TEST(DdpTrain, ResumeIsExactAfterAKillAndAfterSigusr2) {
   const auto continued = testing::run_ranks(2, train_command(stopped, with_save_every("0")), stopped);
   ASSERT_EQ(continued[0].status, 0) << continued[0].output;
   expect_equal_models(baseline + "/final.pt", stopped + "/final.pt");
+
+  // SIGTERM, as Slurm sends it at preemption, scancel and the time limit (to every task of the step at once).
+  const std::string terminated = testing::make_temp_dir();
+  ranks = testing::spawn_ranks(2, train_command(terminated, with_save_every("0")), terminated);
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Epoch 2 | Loss", ranks[0]));
+  for (const auto& rank : ranks) kill(rank.pid, SIGTERM);
+  for (const auto& rank : ranks) EXPECT_EQ(testing::wait_for(rank), 75) << testing::read_text(rank.output_path);
+  EXPECT_TRUE(contains(testing::read_text(ranks[0].output_path), "Training snapshot saved at"));
+  EXPECT_TRUE(contains(testing::read_text(ranks[1].output_path), " on request (SIGTERM); run the same command"));
+  const auto resumed_after_term = testing::run_ranks(2, train_command(terminated, with_save_every("0")), terminated);
+  ASSERT_EQ(resumed_after_term[0].status, 0) << resumed_after_term[0].output;
+  expect_equal_models(baseline + "/final.pt", terminated + "/final.pt");
+}
+
+// Waits until something listens on 127.0.0.1:port, or the process has ended.
+bool listening(const std::string& port, const testing::Process& process) {
+  for (;;) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
+    const bool connected = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+    close(fd);
+    if (connected) return true;
+    if (kill(process.pid, 0) != 0) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// Whether the process has ended (it is not reaped: wait_for still gets its status).
+bool ended(const testing::Process& process) {
+  siginfo_t info{};
+  return waitid(P_PID, static_cast<id_t>(process.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0;
+}
+
+// Whether `signal` is pending for the process (sent, not yet taken by a handler), from /proc/PID/status.
+bool signal_pending(pid_t pid, int signal) {
+  std::istringstream status(testing::read_text("/proc/" + std::to_string(pid) + "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("ShdPnd:", 0) != 0 && line.rfind("SigPnd:", 0) != 0) continue;
+    if ((std::stoull(line.substr(7), nullptr, 16) >> (signal - 1)) & 1) return true;
+  }
+  return false;
+}
+
+// A Ctrl-C before the first step (rank 0 waiting for its peer) is a request honoured at the first step boundary; a
+// second one ends the process at once, as Ctrl-C did before, for a rank that would otherwise wait for its peers.
+TEST(DdpTrain, SigintBeforeTheFirstStepStopsAtItAndASecondSigintEndsTheProcess) {
+  const auto rank_env = [](int rank, const std::string& port) {
+    return testing::Env{{"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},
+                        {"LOCAL_WORLD_SIZE", "2"},      {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", port}};
+  };
+  const std::string dir = testing::make_temp_dir();
+  const std::vector<std::string> argv = train_command(dir, {"--timeout", "30", "3", "0"});
+  std::string port = std::to_string(testing::free_port());
+  const testing::Process rank0 = testing::spawn(argv, rank_env(0, port), dir + "/rank0.log");
+  ASSERT_TRUE(listening(port, rank0)) << testing::read_text(rank0.output_path);
+  kill(rank0.pid, SIGINT);
+  const testing::Process rank1 = testing::spawn(argv, rank_env(1, port), dir + "/rank1.log");
+  EXPECT_EQ(testing::wait_at_most(rank0, std::chrono::seconds(60)), 75) << testing::read_text(rank0.output_path);
+  EXPECT_EQ(testing::wait_at_most(rank1, std::chrono::seconds(60)), 75) << testing::read_text(rank1.output_path);
+  EXPECT_TRUE(contains(testing::read_text(rank0.output_path),
+                       "[CPU0] Stopped at epoch 0, batch 1 on request (SIGINT); run the same command to resume"))
+      << testing::read_text(rank0.output_path);
+  EXPECT_TRUE(contains(testing::read_text(rank1.output_path), "[CPU1] Stopped at epoch 0, batch 1 on request; run"))
+      << testing::read_text(rank1.output_path);
+
+  port = std::to_string(testing::free_port());
+  const testing::Process alone = testing::spawn(argv, rank_env(0, port), dir + "/alone.log");
+  ASSERT_TRUE(listening(port, alone)) << testing::read_text(alone.output_path);
+  kill(alone.pid, SIGINT);
+  // Two SIGINTs sent at once would merge into one: the second goes once the first has been taken.
+  while (signal_pending(alone.pid, SIGINT) && !ended(alone)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  kill(alone.pid, SIGINT);
+  EXPECT_EQ(testing::wait_at_most(alone, std::chrono::seconds(10)), 128 + SIGINT)
+      << testing::read_text(alone.output_path);
+}
+
+// An error the system reports while a snapshot is read (a failing disk, a soft NFS mount timing out, a stale handle
+// after a failover, no descriptors left) says nothing about the file: the start fails with one line naming the file
+// and the error, nothing is renamed, and the next start resumes from that very snapshot.
+TEST(DdpTrain, AnIoErrorReadingASnapshotFailsTheStartAndSetsNothingAside) {
+  const std::string dir = testing::make_temp_dir();
+  ASSERT_EQ(testing::run(train_command(dir, {"2", "1"})).status, 0);
+  const auto listing = [&] {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(dir + "/snapshots")) {
+      names.push_back(entry.path().filename());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const std::vector<std::string> before = listing();
+  ASSERT_EQ(before.size(), 2u);
+  const std::string newest = dir + "/snapshots/" + before.back();
+  struct Fault {
+    std::string call;
+    int error;
+    std::string after;  // bytes read before the error
+  };
+  for (const Fault& fault : {Fault{"read", EIO, "0"}, Fault{"read", ESTALE, "100"}, Fault{"open", EMFILE, "0"}}) {
+    const Result started =
+        testing::run(train_command(dir, {"3", "1"}), {{"LD_PRELOAD", IO_FAULT_LIBRARY},
+                                                      {"IO_FAULT_PATH", before.back()},
+                                                      {"IO_FAULT_CALL", fault.call},
+                                                      {"IO_FAULT_ERRNO", std::to_string(fault.error)},
+                                                      {"IO_FAULT_AFTER", fault.after}});
+    const std::string why = fault.call + " " + std::strerror(fault.error) + ":\n" + started.output;
+    EXPECT_EQ(started.status, 1) << why;
+    EXPECT_TRUE(contains(started.output, "ddp-train: cannot " + fault.call + " snapshot " + newest + ": " +
+                                             std::strerror(fault.error) + " (errno " + std::to_string(fault.error) +
+                                             "); it is left as it is"))
+        << why;
+    EXPECT_EQ(testing::own_lines(started.output), 1u) << why;
+    EXPECT_FALSE(contains(started.output, "Epoch")) << why;
+    EXPECT_EQ(listing(), before) << why;
+  }
+  const Result resumed = testing::run(train_command(dir, {"3", "1"}));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "Resuming training from snapshot at Epoch 2 (" + newest + ")"))
+      << resumed.output;
+}
+
+// Ranks other than 0 start from the bytes rank 0 read, not from whatever they find at its path: here each rank runs
+// in a directory of its own with a relative --snapshot-dir, and rank 1's holds a snapshot of the same name written
+// with another learning rate (as a swapped directory, or another node's view of it, would show it).
+TEST(DdpTrain, OtherRanksStartFromWhatRankZeroReadNotFromWhatTheyFindAtItsPath) {
+  const std::string dir = testing::make_temp_dir();
+  const std::vector<std::string> common{"--run-id", "r", "--momentum", "0.9", "--keep", "5"};
+  const auto write_snapshot = [&](const std::string& where, const std::string& lr) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), {"--snapshot-dir", where, "--output", where + "/final.pt", "--lr", lr, "1", "1"});
+    args.insert(args.begin(), ddp_train());
+    return testing::run(args);
+  };
+  for (const char* rank : {"rank0", "rank1", "clean"}) std::filesystem::create_directory(dir + "/" + rank);
+  const Result first = write_snapshot(dir + "/rank0/snaps", "0.01");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const Result other = write_snapshot(dir + "/rank1/snaps", "0.02");
+  ASSERT_EQ(other.status, 0) << other.output;
+  std::filesystem::copy(dir + "/rank0/snaps", dir + "/clean/snaps");
+  std::filesystem::remove(dir + "/clean/snaps/final.pt");
+
+  std::vector<std::string> resume{
+      ddp_train(), "--output", dir + "/clean/final.pt", "--snapshot-dir", dir + "/clean/snaps", "--lr", "0.01"};
+  resume.insert(resume.end(), common.begin(), common.end());
+  resume.insert(resume.end(), {"3", "1"});
+  for (const Result& r : testing::run_ranks(2, resume, dir)) ASSERT_EQ(r.status, 0) << r.output;
+
+  std::vector<std::string> in_own_dirs{"/bin/sh",
+                                       "-c",
+                                       "cd \"$0/rank$RANK\" && exec \"$@\"",
+                                       dir,
+                                       ddp_train(),
+                                       "--output",
+                                       dir + "/final.pt",
+                                       "--snapshot-dir",
+                                       "snaps",
+                                       "--lr",
+                                       "0.01"};
+  in_own_dirs.insert(in_own_dirs.end(), common.begin(), common.end());
+  in_own_dirs.insert(in_own_dirs.end(), {"3", "1"});
+  const auto results = testing::run_ranks(2, in_own_dirs, dir);
+  for (const Result& r : results) ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(results[0].output, "Resuming training from snapshot at Epoch 1 (snaps/")) << results[0].output;
+  expect_equal_models(dir + "/clean/final.pt", dir + "/final.pt");
 }
 
 // When a peer dies, a surviving rank ends with status 1 and a message, not silently by SIGPIPE on its socket.
@@ -380,11 +554,6 @@ void expect_close_models(const std::string& a, const std::string& b) {
 const std::vector<std::string> kMlpArgs{"--workload",      "mlp", "--width",    "64",  "--samples", "512",
                                         "--batch-size",    "16",  "--momentum", "0.9", "--lr",      "0.01",
                                         "--bucket-cap-mb", "0.01"};
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
-}
 
 TEST(DdpTrainMpi, EndsWithTheSameModelAsGloo) {
   if (const std::string why = testing::mpi_missing(); !why.empty()) GTEST_SKIP() << why;

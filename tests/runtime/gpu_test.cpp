@@ -18,26 +18,19 @@
 #include "ddp_runtime/snapshot.hpp"
 #include "error.hpp"
 #include "launch.hpp"
+#include "test_common.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using ddp::testing::contains;
+using ddp::testing::error_of;
 
 // Empty where NCCL is built and a GPU is visible, else why a test that needs both is skipped.
 std::string why_no_gpu() {
   if (!compat::nccl_built()) return "the NCCL backend is not built (LibTorch without CUDA, or no nccl.h)";
   if (!torch::cuda::is_available()) return "no CUDA device is visible";
-  return "";
-}
-
-std::string refusal(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
   return "";
 }
 
@@ -56,7 +49,7 @@ TEST(RankDevice, GlooAndMpiTrainOnTheCpuWhateverTheGpus) {
 }
 
 TEST(RankDevice, NcclWithoutAVisibleGpuIsRefusedNamingGloo) {
-  const std::string message = refusal([] { device_for("nccl", 0, 0); });
+  const std::string message = error_of([] { device_for("nccl", 0, 0); });
   EXPECT_TRUE(contains(message, "no CUDA device is visible")) << message;
   EXPECT_TRUE(contains(message, "--backend gloo")) << message;
 }
@@ -82,7 +75,7 @@ TEST(BackendChoice, NcclWithoutNcclOrAGpuIsRefusedBeforeTheRendezvousNamingTheFi
   launch.master_addr = "127.0.0.1";
   launch.master_port = 1;  // nothing listens there
   const auto start = std::chrono::steady_clock::now();
-  const std::string message = refusal([&] { init_distributed(launch, Backend::Nccl, std::chrono::seconds(30)); });
+  const std::string message = error_of([&] { init_distributed(launch, Backend::Nccl, std::chrono::seconds(30)); });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_TRUE(contains(message, compat::nccl_built() ? "no CUDA device is visible" : "NCCL backend is not built"))
       << message;

@@ -5,19 +5,13 @@
 #include "ddp_runtime/idx.hpp"
 #include "env.hpp"
 #include "error.hpp"
+#include "test_common.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
 namespace {
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using ddp::testing::error_of;
 
 TEST(Cli, ParsesTheSeedsPositionalsAndOptions) {
   const TrainOptions o = parse_train_args({"--batch-size", "64", "--workload=mlp", "--width", "512", "--keep", "2",

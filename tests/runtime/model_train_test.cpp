@@ -14,17 +14,19 @@
 #include <sstream>
 #include <thread>
 
+#include "test_common.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
 namespace {
 
+using ddp::runtime::testing::with;
+using ddp::testing::contains;
+
 using testing::Result;
 
 // Debian's torch 2.6 has no libuv for its TCPStore; the test network is the loopback.
 const testing::Env kPythonEnv{{"USE_LIBUV", "0"}, {"GLOO_SOCKET_IFNAME", "lo"}};
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Runs tests/runtime/python/model_io.py; the test fails when it does.
 void model_io(const std::vector<std::string>& args) {
@@ -32,11 +34,6 @@ void model_io(const std::vector<std::string>& args) {
   argv.insert(argv.end(), args.begin(), args.end());
   const Result result = testing::run(argv);
   ASSERT_EQ(result.status, 0) << result.output;
-}
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
 }
 
 std::vector<std::string> ddp_train_model(const std::string& dir, const std::string& model, const std::string& data,

@@ -12,10 +12,13 @@
 #include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/process_group.hpp"
 #include "launch.hpp"
+#include "test_common.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
 namespace {
+
+using ddp::testing::contains;
 
 using RedOp = c10d::ReduceOp::RedOpType;
 
@@ -193,8 +196,6 @@ int mpi_refusals_worker() {
 testing::Result run_mpi_worker(int ranks, const std::string& name) {
   return testing::run(testing::mpirun_command(ranks, {testing::self_path()}), {{"RUNTIME_TEST_WORKER", name}});
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(MpiProcessGroup, CollectivesGiveTheResultsOfGlooForEveryDtypeAndSize) {
   if (const std::string why = testing::mpi_missing(); !why.empty()) GTEST_SKIP() << why;

@@ -16,14 +16,15 @@
 
 #include "ddp_runtime/straggler.hpp"
 #include "netif.hpp"
+#include "test_common.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
 namespace {
 
-using testing::ddp_train;
+using ddp::testing::contains;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using testing::ddp_train;
 
 std::vector<std::string> mlp_run(const std::string& dir, const std::vector<std::string>& more) {
   std::vector<std::string> argv{

@@ -16,28 +16,16 @@
 #include "ddp_runtime/cli.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
 #include "error.hpp"
+#include "test_common.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
 namespace {
 
+using ddp::runtime::testing::listing;
+using ddp::testing::error_of;
+
 namespace fs = std::filesystem;
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-std::vector<std::string> listing(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 unsigned mode_of(const std::string& path) {
   struct stat info = {};

@@ -30,6 +30,8 @@
 namespace ddp::runtime {
 namespace {
 
+using ddp::runtime::testing::listing;
+
 constexpr float kMarker = 1234.5f;  // a value easy to find among the file's bytes
 
 namespace fs = std::filesystem;
@@ -53,13 +55,6 @@ struct Warnings {
 
 Warn ignore_warnings() {
   return [](const std::string&) {};
-}
-
-std::vector<std::string> listing(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 SnapshotContent sample(int64_t global_step, float fill = kMarker, const std::string& run_id = "7") {

@@ -56,6 +56,12 @@ std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string
 // Why tests of MPI cannot run here (no mpirun, or a runtime built without MPI), or empty.
 std::string mpi_missing();
 
+// `args` followed by `more`: a command line with options added.
+std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more);
+
+// The names in `dir`, sorted.
+std::vector<std::string> listing(const std::string& dir);
+
 // A dict in torch.save's format (ddp-train's files, Python's), read with the runtime's reader.
 c10::impl::GenericDict load_dict(const std::string& path);
 

@@ -8,9 +8,12 @@
 #include <functional>
 
 #include "error.hpp"
+#include "test_common.hpp"
 
 namespace ddp {
 namespace {
+
+using ddp::testing::error_of;
 
 IpAddress ipv4(const char* text, unsigned prefix) {
   IpAddress address;
@@ -38,15 +41,6 @@ NetworkView two_networks(const std::string& master, const std::string& route) {
   view.master_address = master;
   view.route = route;
   return view;
-}
-
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
 }
 
 TEST(SocketInterface, ClosestNicWinsWhenUpAndOnTheMastersSubnet) {

@@ -5,9 +5,12 @@
 #include "binding.hpp"
 #include "error.hpp"
 #include "fixtures.hpp"
+#include "test_common.hpp"
 
 namespace ddp {
 namespace {
+
+using ddp::testing::error_of;
 
 using test::ids;
 
@@ -33,15 +36,6 @@ std::vector<std::vector<unsigned>> task_cpus(const NodePlan& plan) {
   std::vector<std::vector<unsigned>> out;
   for (const TaskPlacement& task : plan.tasks) out.push_back(task.cpus);
   return out;
-}
-
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
 }
 
 TEST(Plan, P4dOneGpuPerTaskWithTheEfaAndEnaOfItsHostBridge) {

@@ -1,0 +1,104 @@
+#include "ddp_runtime/store_auth.hpp"
+
+#include <c10/util/hash.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace ddp::runtime {
+namespace {
+
+constexpr std::size_t kShaBlock = 64;
+constexpr char kNoKey[] = "no key";
+
+std::string sha1_bytes(const std::string& data) {
+  const std::string hex = c10::sha1(data).str();
+  std::string bytes;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+    bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return bytes;
+}
+
+std::string job_key(const Launch& launch) { return launch.job_key.empty() ? std::string(kNoKey) : launch.job_key; }
+
+compat::StorePtr under_prefix(const Launch& launch, compat::StorePtr store) {
+  return c10::make_intrusive<c10d::PrefixStore>(store_key_prefix(launch), std::move(store));
+}
+
+}  // namespace
+
+std::string hmac_sha1_hex(const std::string& key, const std::string& message) {
+  std::string block = key.size() > kShaBlock ? sha1_bytes(key) : key;
+  block.resize(kShaBlock, '\0');
+  std::string inner = block, outer = block;
+  for (std::size_t i = 0; i < kShaBlock; ++i) {
+    inner[i] = static_cast<char>(block[i] ^ 0x36);
+    outer[i] = static_cast<char>(block[i] ^ 0x5c);
+  }
+  return c10::sha1(outer + sha1_bytes(inner + message)).str();
+}
+
+std::string store_proof(const Launch& launch) {
+  return hmac_sha1_hex(job_key(launch), "ddp-train store " + launch.run_id + " " +
+                                            std::to_string(launch.restart_count) + " " + launch.master_addr + ":" +
+                                            std::to_string(launch.master_port));
+}
+
+std::string store_key_prefix(const Launch& launch) {
+  return hmac_sha1_hex(job_key(launch), "ddp-train keys " + launch.run_id + " " + std::to_string(launch.restart_count));
+}
+
+compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& launch) {
+  const std::string proof = store_proof(launch);
+  store->set(kStoreProofKey, std::vector<uint8_t>(proof.begin(), proof.end()));
+  return under_prefix(launch, store);
+}
+
+compat::StorePtr connect_verified(const Launch& launch, std::chrono::milliseconds wait,
+                                  std::chrono::milliseconds timeout) {
+  struct Attempt {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    compat::StorePtr store;
+    std::string proof;
+  };
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(launch.master_port);
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = wait;
+  const auto attempt = std::make_shared<Attempt>();
+  std::thread([attempt, host = launch.master_addr, options, wait] {
+    compat::StorePtr store;
+    std::string proof;
+    try {
+      store = compat::make_tcp_store(host, options);
+      store->setTimeout(wait);
+      const std::vector<uint8_t> value = store->get(kStoreProofKey);
+      proof.assign(value.begin(), value.end());
+    } catch (const std::exception&) {
+      proof.clear();
+    }
+    const std::lock_guard<std::mutex> lock(attempt->mutex);
+    attempt->store = std::move(store);
+    attempt->proof = std::move(proof);
+    attempt->done = true;
+    attempt->done_cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(attempt->mutex);
+  // The client's own timeouts come first; this bound is for the wait that has none (LibTorch 2.6's client waits
+  // without a deadline for the answer to its first message).
+  if (!attempt->done_cv.wait_for(lock, wait + std::chrono::seconds(2), [&] { return attempt->done; })) return {};
+  if (!attempt->store || attempt->proof != store_proof(launch)) return {};
+  attempt->store->setTimeout(timeout);
+  return under_prefix(launch, attempt->store);
+}
+
+}  // namespace ddp::runtime

@@ -1,0 +1,134 @@
+// Rank 0's rendezvous store against outsiders: anyone who reaches MASTER_PORT can connect to c10d's TCPStore and
+// read or write any key whose name he knows. Here an outsider connects to a real ddp-train run's store and sets the
+// keys Gloo's connectFullMesh waits for, or the peer check's answers, by the names they would have without the
+// job's secret prefix; the run must not notice. Real ddp-train processes on 127.0.0.1.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <string>
+#include <vector>
+
+#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/store_auth.hpp"
+#include "netif.hpp"
+#include "test_common.hpp"
+#include "test_support.hpp"
+
+namespace ddp::runtime {
+namespace {
+
+using ddp::testing::contains;
+using testing::ddp_train;
+
+constexpr char kJobKey[] = "0123456789abcdef0123456789abcdef";
+
+// RFC 2202's test cases for HMAC-SHA1: short key, key shorter than the data, key longer than a block.
+TEST(StoreAuth, HmacSha1MatchesRfc2202) {
+  EXPECT_EQ(hmac_sha1_hex(std::string(20, '\x0b'), "Hi There"), "b617318655057264e28bc0b6fb378c8ef146be00");
+  EXPECT_EQ(hmac_sha1_hex("Jefe", "what do ya want for nothing?"), "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79");
+  EXPECT_EQ(hmac_sha1_hex(std::string(80, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First"),
+            "aa4ae5e15272d00e95705637ce8a3b55ed402112");
+}
+
+TEST(StoreAuth, TheKeyPrefixNeedsTheJobKeyAndDiffersFromTheProof) {
+  Launch launch;
+  launch.run_id = "4711.0";
+  launch.master_addr = "node1";
+  launch.master_port = 29500;
+  launch.job_key = kJobKey;
+  const std::string prefix = store_key_prefix(launch);
+  EXPECT_EQ(prefix.size(), 40u);
+  EXPECT_NE(prefix, store_proof(launch)) << "the proof, which anyone who joins the store reads, must not give it away";
+  Launch other_key = launch;
+  other_key.job_key = "ffffffffffffffffffffffffffffffff";
+  EXPECT_NE(store_key_prefix(other_key), prefix);
+  Launch next_attempt = launch;
+  next_attempt.restart_count = 1;
+  EXPECT_NE(store_key_prefix(next_attempt), prefix);
+}
+
+// A TCPStore client of the store at 127.0.0.1:port, as any program on the machine can make one.
+compat::StorePtr outsider(const std::string& port) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(std::stoi(port));
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = std::chrono::seconds(20);
+  return compat::make_tcp_store("127.0.0.1", options);
+}
+
+std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+
+// Gloo's connectFullMesh on device 0 waits for the key "0/<peer rank>" (LibTorch 1.13, 2.6 and 2.14 alike). An
+// outsider sets rank 1's before rank 1 starts: without the prefix, rank 0 takes it for rank 1's address.
+TEST(StoreAuth, AnOutsiderCannotSetTheKeysGlooWaitsFor) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string port = std::to_string(testing::free_port());
+  testing::Env env{{"WORLD_SIZE", "2"},      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
+                   {"DDP_JOB_KEY", kJobKey}, {"GLOO_SOCKET_IFNAME", "lo"}, {"RANK", "0"}};
+  const std::vector<std::string> argv{
+      ddp_train(), "--snapshot-dir", dir, "--output", dir + "/final.pt", "--timeout", "20", "2", "0"};
+  const testing::Process rank0 = testing::spawn(argv, env, dir + "/rank0.log");
+  const compat::StorePtr store = outsider(port);
+  const std::string garbage = "an outsider's idea of rank 1's address";
+  store->set("0/1", bytes(garbage));
+  store->set("0/rank_1", bytes("elsewhere"));  // the host name LibTorch 1.13's Gloo reads beside it
+  env["RANK"] = "1";
+  const testing::Process rank1 = testing::spawn(argv, env, dir + "/rank1.log");
+  const int status0 = testing::wait_at_most(rank0, std::chrono::seconds(60));
+  const int status1 = testing::wait_at_most(rank1, std::chrono::seconds(60));
+  const std::string output0 = testing::read_text(rank0.output_path);
+  EXPECT_EQ(status0, 0) << output0;
+  EXPECT_EQ(status1, 0) << testing::read_text(rank1.output_path);
+  EXPECT_TRUE(contains(output0, "Final model saved at " + dir + "/final.pt")) << output0;
+}
+
+// A stopped rank must be named after the timeout even when an outsider has said, in the peer check's own words and
+// ahead of time, that it is alive.
+TEST(StoreAuth, AnOutsiderCannotAnswerThePeerCheckForAStoppedRank) {
+  const std::string dir = testing::make_temp_dir();
+  const std::vector<std::string> argv{ddp_train(),
+                                      "--snapshot-dir",
+                                      dir,
+                                      "--output",
+                                      dir + "/final.pt",
+                                      "--workload",
+                                      "mlp",
+                                      "--width",
+                                      "64",
+                                      "--timeout",
+                                      "2",
+                                      "10000",
+                                      "0"};
+  auto ranks = testing::spawn_ranks(2, argv, dir, {{"DDP_JOB_KEY", kJobKey}});
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Epoch 1 | Loss", ranks[0]))
+      << testing::read_text(ranks[0].output_path);
+  std::string port;
+  {
+    // The port spawn_ranks picked, from rank 0's environment.
+    const std::string environ = testing::read_text("/proc/" + std::to_string(ranks[0].pid) + "/environ");
+    const std::size_t at = environ.find("MASTER_PORT=");
+    ASSERT_NE(at, std::string::npos);
+    port = environ.substr(at + 12, environ.find('\0', at) - at - 12);
+  }
+  const compat::StorePtr store = outsider(port);
+  for (const std::string prefix : {"ddp-train/peer-check/", "peer-check/"}) {
+    store->set(prefix + "alive/1", bytes("1"));
+    store->add(prefix + "answered", 1);
+  }
+  kill(ranks[1].pid, SIGSTOP);
+  const int status = testing::wait_at_most(ranks[0], std::chrono::seconds(60));
+  kill(ranks[1].pid, SIGKILL);
+  kill(ranks[1].pid, SIGCONT);
+  testing::wait_for(ranks[1]);
+  const std::string output = testing::read_text(ranks[0].output_path);
+  EXPECT_EQ(status, 1) << output;
+  EXPECT_TRUE(contains(
+      output, "ddp-train: rank 1 on " + host_name() + " (cpu) did not answer within 3 s after a collective failed ("))
+      << output;
+}
+
+}  // namespace
+}  // namespace ddp::runtime
