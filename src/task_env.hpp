@@ -28,7 +28,7 @@ struct StepPlan {
   std::string topology_cache;                             // the admin's topology_cache; empty: none
   std::chrono::milliseconds snapshot_dir_timeout{30000};  // the admin's snapshot_dir_timeout
   bool check = false;
-  bool recover = false;  // --ddp-recover: DDP_RECOVER=in-place
+  bool recover = false;               // --ddp-recover: DDP_RECOVER=in-place
   CleanEnv cleanenv = CleanEnv::Off;  // --ddp-cleanenv, else the admin's cleanenv
 };
 

@@ -307,6 +307,8 @@ Regrouped Recovery::regroup(const MemberReport& mine) {
         result = follow(generation, found.store, mine);
       } catch (const LeftOut&) {
         throw;
+      } catch (const GroupNotFormed&) {
+        throw;  // the leader did its part: the generation stands, and the next one is met from it
       } catch (const std::exception&) {
         continue;  // the leader failed while the others waited: the next member that answers leads
       }
@@ -448,7 +450,14 @@ Regrouped Recovery::take_list(int64_t generation, const std::string& encoded, co
   const auto rank = static_cast<int>(me - list.members.begin());
   const auto size = static_cast<int>(members_.size());
   auto gloo_store = c10::make_intrusive<c10d::PrefixStore>(key(generation, "gloo/"), store);
-  dist_.group = compat::make_gloo_group(gloo_store, rank, size, launch_.socket_ifnames, settings_.timeout);
+  try {
+    dist_.group = compat::make_gloo_group(gloo_store, rank, size, launch_.socket_ifnames, settings_.timeout);
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw GroupNotFormed("the group of generation " + std::to_string(generation) +
+                         " did not form: " + error_summary(e));
+  }
   dist_.rank = rank;
   dist_.world_size = size;
   return result;

@@ -95,6 +95,13 @@ struct Regrouped {
 // The group file a replacement reads: under the snapshot directory, one per run.
 std::string group_file_name(const std::string& run_id);
 
+// A generation formed but its group did not (a member, often a replacement, died while the group was being made):
+// the members meet again, as the next generation.
+class GroupNotFormed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // This rank was left out of a generation that formed without it (it was silent when the others met): it ends.
 class LeftOut : public std::runtime_error {
  public:

@@ -763,7 +763,7 @@ void Trainer::regroup(std::string why, bool failed) {
       throw;
     } catch (const std::exception& e) {
       // Another failure while the group formed or took its state: the members meet again.
-      if (!is_peer_failure(error_message(e))) throw;
+      if (dynamic_cast<const GroupNotFormed*>(&e) == nullptr && !is_peer_failure(error_message(e))) throw;
       why = error_message(e);
       ddp_.reset();
       Recovery::release_group(dist_);

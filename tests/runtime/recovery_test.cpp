@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "netif.hpp"
+#include "test_common.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
 namespace {
 
+using ddp::testing::contains;
 using testing::Process;
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Kills every rank still running when the test ends, also when an assertion ended it early.
 struct Ranks {
@@ -171,7 +171,9 @@ TEST(RecoverInPlace, AReplacementKilledWhileItIsTakenInIsLeftBehind) {
   ASSERT_TRUE(testing::wait_for_text(dir + "/replacement.log", "Replacement: asked rank 0 to join", ranks[3]));
   kill(ranks[3].pid, SIGKILL);
   ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Recovered in place: rank 3 on ", ranks[0]))
-      << testing::read_text(ranks[0].output_path);
+      << testing::read_text(ranks[0].output_path) << "\nrank 2:\n"
+      << testing::read_text(ranks[2].output_path) << "\nreplacement:\n"
+      << testing::read_text(dir + "/replacement.log");
   stop_all(ranks);
   EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(60)), 75);
   EXPECT_EQ(testing::wait_at_most(ranks[2], std::chrono::seconds(30)), 75);
