@@ -523,8 +523,8 @@ Regrouped Recovery::join(const std::string& group_file_path, const std::function
       const Probe found = probe(leader, settings_.probe);
       why = "rank " + std::to_string(leader.id) + " named by " + group_file_path + " did not answer at " +
             leader.identity.standby +
-            (found.state == Probe::Dead ? " (nothing listens there)" : " (no proof within the probe's wait)") +
-            " in " + std::to_string(std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()) + " ms";
+            (found.state == Probe::Dead ? " (nothing listens there)" : " (no proof within the probe's wait)") + " in " +
+            std::to_string(std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()) + " ms";
       if (found.state == Probe::Answered) {
         const int64_t ticket = found.store->add("joins", 1);
         const std::string request = "join/" + std::to_string(ticket);
