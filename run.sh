@@ -69,13 +69,16 @@ build() {
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_FUZZ="$(on_the_host)" \
     -DDDP_TEST_SCALE="$(on_the_host)" -DDDP_TEST_INSTALL_SCRIPT="$(on_the_host)" \
     -DDDP_TEST_GPU_CHECK="$([ "$stack" = debian13 ] && echo ON || echo OFF)" \
+    -DDDP_TEST_RECOVER_CLUSTER="$([ "$stack" = debian14 ] && echo ON || echo OFF)" \
     -DDDP_UNITY_BUILD=ON -DCMAKE_CXX_STANDARD=$standard >/dev/null
   cmake --build "$dir" -j "$(nproc)"
 }
 
 # What does not depend on the stack runs once, on this machine's: the fuzz targets (the core's parsers, which use
 # no library of the stack), the sanitizer leg, the 32-node scale test and the head-node install script's own build
-# of the plugin. ON here, OFF in a root.
+# of the plugin. ON here, OFF in a root. Recovery in place under Slurm (minutes) runs on the newest Slurm, whose
+# signals to a step's survivors changed: ddp-train's recovery is the same code on every stack, and its runtime
+# tests run on each.
 on_the_host() { if [ -z "${DDP_IN_ROOT:-}" ]; then echo ON; else echo OFF; fi; }
 
 run_tests() {
