@@ -54,9 +54,13 @@ start_ranks() {
 }
 
 # start_replacement DIR EPOCHS: a replacement that joins the run in DIR; its pid is added to $pids.
+# start_replacement DIR EPOCHS: sets `replacement_log` (named before the process exists, so that a caller waiting
+# for its lines does not glob for a file the background process has not created yet).
 start_replacement() {
+  replacement_log=$1/replacement${#pids[@]}.log
+  : >"$replacement_log"
   env MASTER_ADDR=127.0.0.1 MASTER_PORT=1 WORLD_SIZE=1 RANK=0 "$TRAIN" "${COMMON[@]}" --recover in-place --join \
-    --snapshot-dir "$1" --output "$1/final.pt" "$2" 0 >>"$1/replacement${#pids[@]}.log" 2>&1 &
+    --snapshot-dir "$1" --output "$1/final.pt" "$2" 0 >>"$replacement_log" 2>&1 &
   pids+=($!)
 }
 
@@ -101,7 +105,7 @@ for ((i = 0; i < TRIES; i++)); do
   until_line "$dir/rank0.log" 'Recovered in place'
   t0=$(now)
   start_replacement "$dir" 100000
-  until_line "$dir"/replacement*.log 'Joined the run'
+  until_line "$replacement_log" 'Joined the run'
   join_times+=("$(elapsed "$t0" "$(now)")")
   kill -KILL "${pids[@]}" 2>/dev/null || true
   wait_all
