@@ -1,6 +1,5 @@
 #include "ddp_runtime/recovery.hpp"
 
-#include <c10/util/hash.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -17,6 +16,7 @@
 #include <thread>
 
 #include "ddp_runtime/error_message.hpp"
+#include "ddp_runtime/store_auth.hpp"
 #include "netif.hpp"
 #include "socket.hpp"
 
@@ -34,27 +34,15 @@ std::atomic<int> releasing{0};
 std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 std::string text(const std::vector<uint8_t>& value) { return std::string(value.begin(), value.end()); }
 
-// HMAC over SHA-1 (with the inner digest in hex), from the hash LibTorch ships, keyed with the job's key.
-std::string keyed_hash(const Launch& launch, const std::string& message) {
-  std::string key = launch.job_key.empty() ? std::string("no key") : launch.job_key;
-  key.resize(64, '\0');
-  std::string inner_pad = key, outer_pad = key;
-  for (std::size_t i = 0; i < key.size(); ++i) {
-    inner_pad[i] = static_cast<char>(key[i] ^ 0x36);
-    outer_pad[i] = static_cast<char>(key[i] ^ 0x5c);
-  }
-  return c10::sha1(outer_pad + c10::sha1(inner_pad + message).str()).str();
-}
-
 // Bound to the run (the Slurm job, which every step of it shares: a replacement runs in a step of its own) and to
 // the endpoint.
 std::string standby_proof(const Launch& launch, const std::string& run_id, const std::string& endpoint) {
-  return keyed_hash(launch, "ddp-train standby " + run_id + " " + endpoint);
+  return job_hmac(launch, "ddp-train standby " + run_id + " " + endpoint);
 }
 
 // Every key of every generation lies under a prefix that only the job's key gives.
 std::string key_prefix(const Launch& launch, const std::string& run_id) {
-  return keyed_hash(launch, "ddp-train recovery keys " + run_id) + "/recovery/";
+  return job_hmac(launch, "ddp-train recovery keys " + run_id) + "/recovery/";
 }
 
 // "address port", as the endpoints travel in the identities (IPv6 addresses hold colons).

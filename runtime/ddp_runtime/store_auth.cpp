@@ -44,6 +44,10 @@ std::string hmac_sha1_hex(const std::string& key, const std::string& message) {
   return c10::sha1(outer + sha1_bytes(inner + message)).str();
 }
 
+std::string job_hmac(const Launch& launch, const std::string& message) {
+  return hmac_sha1_hex(job_key(launch), message);
+}
+
 std::string store_proof(const Launch& launch) {
   return hmac_sha1_hex(job_key(launch), "ddp-train store " + launch.run_id + " " +
                                             std::to_string(launch.restart_count) + " " + launch.master_addr + ":" +

@@ -27,6 +27,8 @@ constexpr char kStoreProofKey[] = "ddp-train/store-proof";
 
 // HMAC-SHA1 of `message` under `key`, as 40 hex digits.
 std::string hmac_sha1_hex(const std::string& key, const std::string& message);
+// The same under the job's key (DDP_JOB_KEY; without one, the fixed key above).
+std::string job_hmac(const Launch& launch, const std::string& message);
 
 // The proof of rank 0's store at launch.master_addr:launch.master_port (the port it bound), and the prefix of the
 // job's keys: both bound to the run and the restart count.

@@ -128,17 +128,23 @@ void stop_all(const Ranks& ranks) {
   for (const Process& p : ranks.processes) kill(p.pid, SIGUSR2);
 }
 
-// A replacement started with --join (as ddp-restart starts one in a step of its own) asks rank 0, is taken in at a
-// step boundary, receives the state, and the group is back to its size, up to a stop all four ranks agree on.
-TEST(RecoverInPlace, AReplacementJoinsIsHealedFromRankZeroAndTheGroupGrowsBack) {
-  const std::string dir = testing::make_temp_dir();
+// 3 ranks that train without end, rank 1 SIGKILLed and left behind, then a replacement (--join, its output in
+// dir/replacement.log) as ranks[3].
+void lose_a_rank_and_start_a_replacement(Ranks& ranks, const std::string& dir) {
   const std::vector<std::string> args{"100000", "0"};
-  Ranks ranks;
   start_and_signal(ranks, dir, 3, 1, SIGKILL, args);
   ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Recovered in place", ranks[0]));
   std::vector<std::string> replacement = recovering_run(dir, args);
   replacement.push_back("--join");
   ranks.processes.push_back(testing::spawn(replacement, {}, dir + "/replacement.log"));
+}
+
+// A replacement started with --join (as ddp-restart starts one in a step of its own) asks rank 0, is taken in at a
+// step boundary, receives the state, and the group is back to its size, up to a stop all four ranks agree on.
+TEST(RecoverInPlace, AReplacementJoinsIsHealedFromRankZeroAndTheGroupGrowsBack) {
+  const std::string dir = testing::make_temp_dir();
+  Ranks ranks;
+  ASSERT_NO_FATAL_FAILURE(lose_a_rank_and_start_a_replacement(ranks, dir));
   ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Grew in place", ranks[0]))
       << testing::read_text(ranks[0].output_path) << testing::read_text(dir + "/replacement.log");
   ASSERT_TRUE(testing::wait_for_text(dir + "/replacement.log", "Joined the run", ranks[3]));
@@ -161,13 +167,8 @@ TEST(RecoverInPlace, AReplacementJoinsIsHealedFromRankZeroAndTheGroupGrowsBack) 
 // forming: the others meet again without it and go on.
 TEST(RecoverInPlace, AReplacementKilledWhileItIsTakenInIsLeftBehind) {
   const std::string dir = testing::make_temp_dir();
-  const std::vector<std::string> args{"100000", "0"};
   Ranks ranks;
-  start_and_signal(ranks, dir, 3, 1, SIGKILL, args);
-  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Recovered in place", ranks[0]));
-  std::vector<std::string> replacement = recovering_run(dir, args);
-  replacement.push_back("--join");
-  ranks.processes.push_back(testing::spawn(replacement, {}, dir + "/replacement.log"));
+  ASSERT_NO_FATAL_FAILURE(lose_a_rank_and_start_a_replacement(ranks, dir));
   ASSERT_TRUE(testing::wait_for_text(dir + "/replacement.log", "Replacement: asked rank 0 to join", ranks[3]));
   kill(ranks[3].pid, SIGKILL);
   ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Recovered in place: rank 3 on ", ranks[0]))
