@@ -33,6 +33,18 @@ PACKAGES=(
 declare -A RELEASE_OF=([debian12]=bookworm [debian13]=trixie [debian14]=forky)
 STACKS=(debian12 debian13 debian14)
 
+# The pipeline's order: this machine's stack, then the roots newest first. The newest takes the longest to build
+# (GCC 16, C++20) and to test; started before the others, its suite no longer ends the whole run (about 200 s sooner
+# on CI's 2 cores).
+pipeline_stacks() {
+  local s i
+  host_stack
+  for ((i = ${#STACKS[@]} - 1; i >= 0; i--)); do
+    s=${STACKS[$i]}
+    [ "$s" = "$(host_stack)" ] || echo "$s"
+  done
+}
+
 install_packages() {
   local missing=()
   for p in "${PACKAGES[@]}"; do
@@ -260,7 +272,7 @@ wait_for_mark() {  # STATE NAME: 0 once NAME is ok, 1 once it failed (its log pr
 
 prepare_lane() {  # STATE
   local state=$1 s
-  for s in "${STACKS[@]}"; do [ "$s" = "$(host_stack)" ] || mark "$state" "prepare-$s" prepare_root "$s"; done
+  for s in $(pipeline_stacks); do [ "$s" = "$(host_stack)" ] || mark "$state" "prepare-$s" prepare_root "$s"; done
   mark "$state" prepare-cuda in_root_online debian13 tests/stacks/cuda_libtorch.sh fetch
 }
 
@@ -275,7 +287,7 @@ build_lane() {  # STATE
   mark "$state" "build-$(host_stack)" build
   lowest_cpu_priority
   # The stacks first: their suites are the longest, and the sanitizer's takes a minute.
-  for s in "${STACKS[@]}"; do
+  for s in $(pipeline_stacks); do
     [ "$s" != "$(host_stack)" ] || continue
     if wait_for_mark "$state" "prepare-$s" >/dev/null; then
       mark "$state" "build-$s" in_root "$s" ./run.sh __build
@@ -296,8 +308,7 @@ declare -A SUITE_RUN=()
 SUITE_ORDER=()
 plan_suites() {  # CTEST ARGS...
   local s
-  for s in "$(host_stack)" "${STACKS[@]}"; do
-    [ -z "${SUITE_RUN[$s]+x}" ] || continue
+  for s in $(pipeline_stacks); do
     SUITE_ORDER+=("$s")
     SUITE_RUN[$s]="in_root $s ./run.sh __test $(printf '%q ' "$@")"
   done
