@@ -12,7 +12,7 @@
 #include "doctor/cpu.hpp"
 #include "doctor/gpu.hpp"
 #include "doctor/interface.hpp"
-#include "doctor/link_test.hpp"
+#include "doctor/links.hpp"
 #include "doctor/node_checks.hpp"
 #include "doctor/node_speed.hpp"
 #include "doctor/shared_dir.hpp"
@@ -167,8 +167,9 @@ void cross_checks(Group& group, const DoctorRun& run, std::vector<CheckResult>& 
   append(mine, check_shared_dir(group, peers, snapshot_dir_of(run), Deadline::after(budget.shared_dir)));
   append(mine, stamp(own, me.rank, me.host));
   const auto progress = group.rank() == 0 ? run.progress : nullptr;
-  const LinkSettings links{link_test_size(run.options.quick, budget.link_stream), run.options.thresholds.min_net_gbps,
-                           run.options.thresholds.max_rtt_us, budget.link_pair, progress};
+  const LinkSettings links{link_measure_size(run.options.quick, budget.link_stream),
+                           run.options.thresholds.min_net_gbps, run.options.thresholds.max_rtt_us, budget.link_pair,
+                           progress};
   append(mine, check_links(group, peers, links, budget.exchange));
   CollectiveSetup setup;
   setup.data_address = me.data_address;

@@ -109,15 +109,6 @@ uint16_t reserve_port(int holder) {
   throw std::runtime_error("no free TCP port in " + std::to_string(first) + "-" + std::to_string(last));
 }
 
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const std::exception& error) {
-    return error.what();
-  }
-  return "";
-}
-
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace ddp::testing

@@ -3,6 +3,7 @@
 // race, and what tests of refusals ask of an exception. Plain C++; no GoogleTest, so that helper programs can use
 // them too.
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 
@@ -30,9 +31,17 @@ class TempDir {
 // no port is free.
 uint16_t reserve_port(int holder = 0);
 
-// The message of what `body` throws (std::exception and what derives from it, ddp::Error among them); empty when it
-// throws nothing.
-std::string error_of(const std::function<void()>& body);
+// The message of the `Expected` that `body` throws (by default any std::exception, ddp::Error among them); empty when
+// it throws nothing. Anything else it throws goes on to the test, which fails on it.
+template <class Expected = std::exception>
+std::string error_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Expected& error) {
+    return error.what();
+  }
+  return "";
+}
 
 // Whether `part` occurs in `text`.
 bool contains(const std::string& text, const std::string& part);

@@ -4,17 +4,13 @@
 #include <gtest/gtest.h>
 
 #include "error.hpp"
+#include "test_common.hpp"
 
 namespace ddp {
 namespace {
 
 std::string error_of(const std::map<std::string, std::string>& vars) {
-  try {
-    launch_from_environment(env_with(vars));
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  return ddp::testing::error_of<Error>([&] { launch_from_environment(env_with(vars)); });
 }
 
 TEST(Launch, ReadsTheTorchrunVariablesThatSrunDdpExports) {

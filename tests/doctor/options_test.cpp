@@ -10,12 +10,7 @@ namespace {
 
 // The one-line error parse_doctor_options gives for `args`.
 std::string error_of(const std::vector<std::string>& args) {
-  try {
-    parse_doctor_options(args);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return ddp::testing::error_of<Error>([&] { parse_doctor_options(args); });
 }
 
 TEST(DoctorOptions, BothSpellingsOfValuedOptions) {

@@ -45,12 +45,7 @@ TEST(SnapshotDir, MissingOrNotADirectoryFails) {
 
 // The doctor applies the core's rules, so it refuses what the plugin and the runtime would refuse, in their words.
 std::string core_refusal(const std::string& dir) {
-  try {
-    SnapshotDir::open(dir, "--snapshot-dir");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return ddp::testing::error_of<Error>([&] { SnapshotDir::open(dir, "--snapshot-dir"); });
 }
 
 TEST(SnapshotDir, ADirectoryOthersMayWriteFailsWithTheCoreMessage) {

@@ -17,17 +17,9 @@ namespace {
 using namespace std::chrono_literals;
 using testing::budget_of;
 using testing::contains;
+using testing::error_of;
 using testing::on_threads;
 using testing::TempDir;
-
-std::string what_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const ExchangeError& e) {
-    return e.what();
-  }
-  return "no ExchangeError";
-}
 
 Launch rank_of_two(int rank, uint16_t port) {
   Launch launch;
@@ -45,7 +37,7 @@ std::string members_seen_by_rank1(const std::string& members) {
   StoreServer server(0, "attack", 2);
   StoreClient forged_rank0("127.0.0.1", server.port(), {"attack", 2, 0, ""}, 2s);
   forged_rank0.set("members", members, Deadline::after(2s));
-  return what_of([&] { meet(rank_of_two(1, server.port()), budget_of(2s), nullptr); });
+  return error_of<ExchangeError>([&] { meet(rank_of_two(1, server.port()), budget_of(2s), nullptr); });
 }
 
 TEST(WireAttack, MemberCountsOfMinusOneOrTwoToThe28AreRefusedBeforeAnyAllocation) {
@@ -127,7 +119,9 @@ TEST(StoreAttack, AnOutsiderWithoutTheJobsKeyTakesNoRankSlotAndSetsNoKey) {
   StoreClient rank0("127.0.0.1", server.port(), {"812.0", 3, 0, kKey}, 2s);
   // Through the client: it already finds that it cannot check rank 0's proof, and gives up.
   for (const std::string& guess : {std::string(), std::string(32, '0')}) {
-    const std::string error = what_of([&] { StoreClient("127.0.0.1", server.port(), {"812.0", 3, 2, guess}, 2s); });
+    const std::string error = error_of<ExchangeError>([&] {
+      StoreClient("127.0.0.1", server.port(), {"812.0", 3, 2, guess}, 2s);
+    });
     EXPECT_TRUE(contains(error, "cannot prove that it knows this job's key")) << error;
   }
   // By hand: the outsider answers the challenge with anything, then tries to set the link test's address.
@@ -148,7 +142,7 @@ TEST(StoreAttack, AnOutsiderWithoutTheJobsKeyTakesNoRankSlotAndSetsNoKey) {
   }
   on_threads(2, [&](int i) { StoreClient("127.0.0.1", server.port(), {"812.0", 3, i + 1, kKey}, 2s); });
   EXPECT_EQ(server.wait_for_ranks(Deadline::after(1s)), (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(what_of([&] { rank0.get("link/1", "the outsider's key", Deadline::after(200ms)); }),
+  EXPECT_EQ(error_of<ExchangeError>([&] { rank0.get("link/1", "the outsider's key", Deadline::after(200ms)); }),
             "the outsider's key: timed out");
 }
 
@@ -167,7 +161,9 @@ TEST(StoreAttack, StrangersHoldingEveryPlaceKeepNoRankOut) {
 // The other way round: a program that holds MASTER_PORT before rank 0 cannot pass for rank 0's store.
 TEST(StoreAttack, ARankRefusesAServerThatCannotProveTheJobsKey) {
   StoreServer impostor(0, "812.0", 2, std::string(32, 'e'));
-  const std::string error = what_of([&] { StoreClient("127.0.0.1", impostor.port(), {"812.0", 2, 1, kKey}, 2s); });
+  const std::string error = error_of<ExchangeError>([&] {
+    StoreClient("127.0.0.1", impostor.port(), {"812.0", 2, 1, kKey}, 2s);
+  });
   EXPECT_TRUE(contains(error, "cannot prove that it knows this job's key (DDP_JOB_KEY): it is not this job's rank 0"))
       << error;
   EXPECT_EQ(greeting_proof(kKey, "client", {"a", "b"}), greeting_proof(kKey, "client", {"a", "b"}));
@@ -195,7 +191,8 @@ TEST(StoreAttack, ANonceThatIsAPathNeverReachesTheFileSystem) {
   Group rank1(nullptr, std::move(store), 1, {0, 1}, "test");
   forged_rank0.set("nonce/1", "/../../../tmp/ddp-owned", Deadline::after(2s));
   const std::vector<Peer> peers{{0, "node1", true, "", true}, {1, "node2", true, "", true}};
-  const std::string error = what_of([&] { check_shared_dir(rank1, peers, snapshots.path(), Deadline::after(2s)); });
+  const std::string error =
+      error_of<ExchangeError>([&] { check_shared_dir(rank1, peers, snapshots.path(), Deadline::after(2s)); });
   EXPECT_TRUE(contains(error, "rank 0 sent a malformed nonce '/../../../tmp/ddp-owned'")) << error;
   EXPECT_TRUE(std::filesystem::is_empty(snapshots.path()));
   EXPECT_FALSE(valid_nonce(""));

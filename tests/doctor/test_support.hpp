@@ -20,6 +20,7 @@
 
 namespace ddp::doctor::testing {
 
+using ddp::testing::error_of;
 using ddp::testing::TempDir;
 
 inline void write_file(const std::string& path, const std::string& content) {

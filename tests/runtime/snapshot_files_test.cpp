@@ -148,12 +148,7 @@ TEST(ZipDirectory, ListsTheRecordsOfAWholeArchive) {
 TEST(ZipDirectory, RefusesArchivesWhoseDirectoryTheFileDoesNotHold) {
   const ZipBuild zip = stored_zip({{"a", "1234"}, {"b", std::string(64, 'y')}});
   const auto refused = [](const std::string& bytes) {
-    try {
-      records_of(bytes);
-    } catch (const SnapshotCorrupt& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
+    return ddp::testing::error_of<SnapshotCorrupt>([&] { records_of(bytes); });
   };
   EXPECT_NE(refused(zip.bytes.substr(0, zip.bytes.size() - 5)).find("no zip directory"), std::string::npos);
   EXPECT_NE(refused(zip.bytes.substr(zip.bytes.size() / 2)).find("is not a whole snapshot"), std::string::npos);

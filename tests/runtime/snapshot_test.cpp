@@ -616,12 +616,8 @@ int full_disk_worker() {
   if (warnings.lines.back().find("that is 3 in a row: the run stops") == std::string::npos) {
     return fail_worker("the third failure in a row says the run stops: " + warnings.all());
   }
-  std::string refusal;
-  try {
-    store.check_failures();  // what the training thread does after every step
-  } catch (const std::exception& e) {
-    refusal = e.what();
-  }
+  // What the training thread does after every step.
+  const std::string refusal = ddp::testing::error_of([&] { store.check_failures(); });
   if (refusal.find("3 snapshots in a row could not be written to " + dir + "/snapshots") == std::string::npos ||
       refusal.find("No space left on device") == std::string::npos) {
     return fail_worker("the fourth snapshot after three failures stops the run: '" + refusal + "'");

@@ -48,7 +48,7 @@ Names gpu_rules(const NodePlan& plan) {
 
 // ---- 1. Fewer tasks than GPUs: distinct PCIe paths within a socket ---------------------------------------
 
-TEST(Issue16, G4dnFourTasksUseBothHostBridgesOfEachSocket) {
+TEST(FewerTasksThanGpus, G4dnFourTasksUseBothHostBridgesOfEachSocket) {
   // g4dn.metal: package 0 has host bridges with 18:00.0+19:00.0 and 35:00.0+36:00.0, package 1 e7+e8 and f4+f5;
   // one ENA and one EFA, both on package 1, so NICs cannot tell GPUs apart. Tasks alternate sockets (0, 1, 0, 1);
   // each socket's second task takes the other host bridge. Before: 18, e7, 19, e8 (bus order, sharing the PHB).
@@ -66,7 +66,7 @@ TEST(Issue16, G4dnFourTasksUseBothHostBridgesOfEachSocket) {
   EXPECT_EQ(plan.tasks[2].cpu_rule, "cores local to its GPU: whole cores of NUMA node 0, split 2 ways");
 }
 
-TEST(Issue16, P4dSixTasksThirdOnASocketTakesAHostBridgeItsNeighbourUses) {
+TEST(FewerTasksThanGpus, P4dSixTasksThirdOnASocketTakesAHostBridgeItsNeighbourUses) {
   // p4d: two host bridges per socket, two GPUs and one ENA+EFA each. Six tasks: three per socket, so one host
   // bridge of each socket serves two tasks; the fourth pick on a socket would not exist.
   const NodeHardware& hw = test::p4d();
@@ -80,7 +80,7 @@ TEST(Issue16, P4dSixTasksThirdOnASocketTakesAHostBridgeItsNeighbourUses) {
   EXPECT_EQ(plan.tasks[4].cpus, ids("16-23,64-71"));
 }
 
-TEST(Issue16, SapphireRapidsSnc4FourTasksSpreadOverSocketsThenNumaDomains) {
+TEST(FewerTasksThanGpus, SapphireRapidsSnc4FourTasksSpreadOverSocketsThenNumaDomains) {
   // Synthetic 2x SPR in SNC-4: one H100 and one HCA (PIX) per NUMA domain. Four tasks: two per socket, in two
   // of its domains; each task gets its domain's 14 cores and its own HCA.
   const NodeHardware& hw = test::spr_snc4();
@@ -95,7 +95,7 @@ TEST(Issue16, SapphireRapidsSnc4FourTasksSpreadOverSocketsThenNumaDomains) {
 
 // ---- Task counts at and above the GPU count ---------------------------------------------------------------
 
-TEST(Issue16, SapphireRapidsSnc4AtAndAboveTheGpuCount) {
+TEST(TasksAtAndAboveTheGpuCount, SapphireRapidsSnc4AtAndAboveTheGpuCount) {
   const NodeHardware& hw = test::spr_snc4();
   // Eight tasks: task r on GPU r, with the 14 cores of that GPU's NUMA domain.
   const NodePlan eight = plan_node(hw, tasks(8));
@@ -111,7 +111,7 @@ TEST(Issue16, SapphireRapidsSnc4AtAndAboveTheGpuCount) {
 
 // ---- 2. The step's own CPUs steer the GPU choice ------------------------------------------------------------
 
-TEST(Issue16, StepOnSocketZerosCpusTakesSocketZerosGpusFirst) {
+TEST(TheStepsCpusSteerTheGpuChoice, StepOnSocketZerosCpusTakesSocketZerosGpusFirst) {
   // A two-socket node with four GPUs, two per socket (p4d's 10:1c, 20:1c on socket 0 and 90:1c, a0:1c on
   // socket 1, each under its own host bridge), all visible; the step got socket 0's CPUs only. Before: task 1
   // took 90:1c.0 on socket 1 and ran on socket 0's CPUs.
@@ -126,7 +126,7 @@ TEST(Issue16, StepOnSocketZerosCpusTakesSocketZerosGpusFirst) {
   for (const TaskPlacement& task : plan.tasks) EXPECT_TRUE(task.note.empty()) << task.note;
 }
 
-TEST(Issue16, StepOnSocketOnesCoresWithAllGpusVisible) {
+TEST(TheStepsCpusSteerTheGpuChoice, StepOnSocketOnesCoresWithAllGpusVisible) {
   // Slurm cores 24-35 are half of socket 1: the four tasks take socket 1's GPUs, over both host bridges.
   const NodeHardware& hw = test::p4d();
   PlanRequest request = tasks(4);
@@ -136,7 +136,7 @@ TEST(Issue16, StepOnSocketOnesCoresWithAllGpusVisible) {
   EXPECT_EQ(task_cpus(plan), (Cpus{ids("24-26,72-74"), ids("27-29,75-77"), ids("30-32,78-80"), ids("33-35,81-83")}));
 }
 
-TEST(Issue16, NoGpuLocalToTheStepsCpusStillPlansWithANote) {
+TEST(TheStepsCpusSteerTheGpuChoice, NoGpuLocalToTheStepsCpusStillPlansWithANote) {
   // Bad input of the issue: the step's GPUs (socket 0's 10:1c, 10:1d) and its CPUs (socket 1) never meet. The plan
   // is made on the step's CPUs, and each task says why its GPU is remote.
   const NodeHardware& hw = test::p4d();
@@ -154,7 +154,7 @@ TEST(Issue16, NoGpuLocalToTheStepsCpusStillPlansWithANote) {
 
 // ---- 3. CPU-only plans by NUMA domain ------------------------------------------------------------------------
 
-TEST(Issue16, KnlSnc4OneTaskPerNumaDomain) {
+TEST(CpuOnlyPlansByNumaDomain, KnlSnc4OneTaskPerNumaDomain) {
   // Synthetic KNL 7250 in SNC-4 flat mode: quadrants of 18, 18, 16 and 16 cores (CPUs core + 68 * thread), each
   // with a DDR node (0-3) and an MCDRAM node (4-7) of the same CPUs, which adds no domain. Before: four equal blocks
   // of 17 cores, tasks 1-3 each across a boundary (17-33, 34-50, 51-67).
@@ -167,7 +167,7 @@ TEST(Issue16, KnlSnc4OneTaskPerNumaDomain) {
   }
 }
 
-TEST(Issue16, KnlSnc4MultiplesDivisorsAndTheRest) {
+TEST(CpuOnlyPlansByNumaDomain, KnlSnc4MultiplesDivisorsAndTheRest) {
   const NodeHardware& hw = test::knl();
   // Eight tasks (a multiple): two per quadrant, 9 + 9 cores in the large ones, 8 + 8 in the small ones.
   const NodePlan eight = plan_node(hw, tasks(8));
@@ -191,7 +191,7 @@ TEST(Issue16, KnlSnc4MultiplesDivisorsAndTheRest) {
             "boundaries crossed), NUMA node 3");
 }
 
-TEST(Issue16, SapphireRapidsSnc4CpuOnlyStepsByNumaDomain) {
+TEST(CpuOnlyPlansByNumaDomain, SapphireRapidsSnc4CpuOnlyStepsByNumaDomain) {
   // The SPR node's step without GPUs: eight NUMA domains of 14 cores (CPUs core and core + 112).
   const NodeHardware& hw = test::spr_snc4();
   const NodePlan eight = plan_node(hw, cpu_only(8));
@@ -215,7 +215,7 @@ TEST(Issue16, SapphireRapidsSnc4CpuOnlyStepsByNumaDomain) {
             (Cpus{ids("0-6,112-118"), ids("7-13,119-125"), ids("14-20,126-132"), ids("21-27,133-139")}));
 }
 
-TEST(Issue16, CpuOnlyNodesWithOneDomainPerSocketKeepTheirPlans) {
+TEST(CpuOnlyPlansByNumaDomain, CpuOnlyNodesWithOneDomainPerSocketKeepTheirPlans) {
   // The MI50 node's step without GPUs: two NUMA domains; eight tasks are four per domain, the plan contiguous
   // blocks gave before.
   const NodeHardware& hw = test::mi50_node();

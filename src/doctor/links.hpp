@@ -17,12 +17,12 @@ class Context;
 
 namespace ddp::doctor {
 
-struct LinkTestSize {
+struct LinkMeasureSize {
   uint64_t max_bytes;                  // the stream stops after this many bytes...
   std::chrono::milliseconds max_time;  // ...or after this long, whichever comes first
   int pings;                           // round trips of 8 bytes for the latency
 };
-LinkTestSize link_test_size(bool quick, std::chrono::milliseconds stream_time);
+LinkMeasureSize link_measure_size(bool quick, std::chrono::milliseconds stream_time);
 
 struct LinkMeasurement {
   uint64_t bytes = 0;
@@ -31,8 +31,8 @@ struct LinkMeasurement {
 };
 
 // Over a connected two-rank Gloo context: its rank 0 measures, its rank 1 serves. Throw what Gloo throws.
-LinkMeasurement measure_link(const std::shared_ptr<gloo::Context>& context, const LinkTestSize& size);
-void serve_link(const std::shared_ptr<gloo::Context>& context, const LinkTestSize& size);
+LinkMeasurement measure_link(const std::shared_ptr<gloo::Context>& context, const LinkMeasureSize& size);
+void serve_link(const std::shared_ptr<gloo::Context>& context, const LinkMeasureSize& size);
 
 // net.p2p_bw (WARN under min_gbps) and net.p2p_rtt (WARN over max_rtt_us) of a link to `to`.
 std::vector<CheckResult> grade_link(const LinkMeasurement& measured, const std::string& to, double min_gbps,
@@ -42,7 +42,7 @@ std::vector<CheckResult> grade_link(const LinkMeasurement& measured, const std::
 std::vector<std::pair<Peer, Peer>> ring_pairs(const std::vector<Peer>& peers);
 
 struct LinkSettings {
-  LinkTestSize size;
+  LinkMeasureSize size;
   double min_gbps;
   double max_rtt_us;
   std::chrono::milliseconds per_pair;                // each pair connects and measures within this

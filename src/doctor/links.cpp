@@ -1,4 +1,4 @@
-#include "doctor/link_test.hpp"
+#include "doctor/links.hpp"
 
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
@@ -32,14 +32,14 @@ std::string failure_text(const Peer& server, const std::string& reason) {
 
 }  // namespace
 
-LinkTestSize link_test_size(bool quick, std::chrono::milliseconds stream_time) {
+LinkMeasureSize link_measure_size(bool quick, std::chrono::milliseconds stream_time) {
   if (quick) return {32ull << 20, stream_time, 50};
   return {1ull << 30, stream_time, 500};
 }
 
 // 8-byte pings echoed back, then chunks of kChunk bytes whose first byte says whether another follows; the
 // server answers the stream with the byte count it received.
-LinkMeasurement measure_link(const std::shared_ptr<gloo::Context>& context, const LinkTestSize& size) {
+LinkMeasurement measure_link(const std::shared_ptr<gloo::Context>& context, const LinkMeasureSize& size) {
   uint64_t word = 0;
   const auto ping = context->createUnboundBuffer(&word, sizeof word);
   std::vector<double> round_trips;
@@ -72,7 +72,7 @@ LinkMeasurement measure_link(const std::shared_ptr<gloo::Context>& context, cons
   return measured;
 }
 
-void serve_link(const std::shared_ptr<gloo::Context>& context, const LinkTestSize& size) {
+void serve_link(const std::shared_ptr<gloo::Context>& context, const LinkMeasureSize& size) {
   uint64_t word = 0;
   const auto ping = context->createUnboundBuffer(&word, sizeof word);
   for (int i = 0; i < size.pings; ++i) {

@@ -1,0 +1,68 @@
+// The shared-directory check across ranks (shared_dir.hpp), with ranks as threads of this process on 127.0.0.1.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "doctor/group.hpp"
+#include "doctor/shared_dir.hpp"
+#include "ranks.hpp"
+
+namespace ddp::doctor {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::contains;
+using testing::run_ranks;
+using testing::TempDir;
+
+TEST(SharedDir, TokensOfOtherNodesMustBeReadable) {
+  TempDir shared;
+  TempDir elsewhere;
+  const std::string nonce = new_nonce();
+  ASSERT_TRUE(valid_nonce(nonce));
+  write_token(shared.path(), nonce, 0);
+  write_token(shared.path(), nonce, 1);
+  write_token(elsewhere.path(), nonce, 2);
+  testing::write_file(token_path(shared.path(), nonce, 3), "ddp-doctor run OLD rank 3\n");  // a stale file
+  EXPECT_EQ(missing_tokens(shared.path(), nonce, {0, 1, 2, 3}, 0ms), (std::vector<int>{2, 3}));
+  std::vector<Peer> others{{2, "node3", true, "", true}};
+  const CheckResult result = grade_shared(shared.path(), {2}, others);
+  EXPECT_EQ(result.status, Status::Fail);
+  EXPECT_EQ(result.value, "0 of 1 other node(s)");
+  EXPECT_TRUE(contains(result.detail, "files written by rank 2 (node3) do not appear in"));
+  EXPECT_EQ(grade_shared(shared.path(), {}, others).status, Status::Ok);
+}
+
+std::vector<CheckResult> shared_dir_run(const std::vector<std::string>& dirs) {
+  std::vector<CheckResult> all(dirs.size());
+  run_ranks(static_cast<int>(dirs.size()), [&](Group& g) {
+    const Peer me{g.rank(), "host" + std::to_string(g.rank()), true, "", true};
+    const auto peers = exchange_peers(g, me, Deadline::after(5s));
+    const auto mine = check_shared_dir(g, peers, dirs[static_cast<size_t>(g.rank())], Deadline::after(10s));
+    ASSERT_EQ(mine.size(), 1u);
+    all[static_cast<size_t>(g.rank())] = mine[0];
+  });
+  return all;
+}
+
+TEST(SharedDir, SameDirectoryOnEveryRankPassesAndIsLeftClean) {
+  TempDir shared;
+  for (const auto& result : shared_dir_run({shared.path(), shared.path(), shared.path()})) {
+    EXPECT_EQ(result.status, Status::Ok) << result.detail;
+    EXPECT_EQ(result.value, "2 of 2 other node(s)");
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(shared.path()));
+}
+
+TEST(SharedDir, PrivateDirectoriesFailOnEveryRank) {
+  TempDir a;
+  TempDir b;
+  const auto results = shared_dir_run({a.path(), b.path()});
+  EXPECT_EQ(results[0].status, Status::Fail);
+  EXPECT_TRUE(contains(results[0].detail, "files written by rank 1 (host1)"));
+  EXPECT_EQ(results[1].status, Status::Fail);
+  EXPECT_TRUE(contains(results[1].detail, "files written by rank 0 (host0)"));
+}
+
+}  // namespace
+}  // namespace ddp::doctor
