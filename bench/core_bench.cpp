@@ -1,5 +1,5 @@
 // Per-task cost of the core: expanding a 4096-host step node list and computing one task's environment
-// from it (what the plugin does, minus Slurm). Goal from the foundation issue: under 1 ms per task.
+// from it (what the plugin does, minus Slurm). Goal: under 1 ms per task.
 // Also what a step's failure reports cost (step_logs.hpp, failure_report.hpp): per task, its report variables and
 // the log directory's preparation (file-system calls, here on the local temporary directory); after a failure,
 // reading 32768 reports, one per rank of a 4096 x 8 step, as ddp-why and srun do.

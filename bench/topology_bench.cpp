@@ -1,7 +1,7 @@
 // Cost of topology-aware binding as the plugin pays it: once per node, hwloc reads the topology and the network
 // view is taken; then every task computes the node plan from that (it needs Slurm's per-task GPU variables),
-// picks its socket interface and its environment, and binds itself. Goal from issue 3 (and 16, with its rules for
-// fewer tasks than GPUs and NUMA-aligned CPU shares): under 1 ms per task after the per-node load.
+// picks its socket interface and its environment, and binds itself. Goal for topology binding (and for its rules
+// for fewer tasks than GPUs and NUMA-aligned CPU shares): under 1 ms per task after the per-node load.
 #include <unistd.h>
 
 #include <chrono>
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   const ddp::NetworkView network = ddp::read_network("127.0.0.1");
   const PerTask eight = per_task_cost(hw, network, 8, sink);
   const PerTask many = per_task_cost(hw, network, 96, sink);
-  // Issue 16's rules: GPU picks when tasks < GPUs (g4dn, 4 of 8), a step restricted to one socket, and CPU-only
+  // The node-shape rules: GPU picks when tasks < GPUs (g4dn, 4 of 8), a step restricted to one socket, and CPU-only
   // shares by NUMA domain where the task count fits neither way (SPR SNC-4: 100 tasks on 8 domains of 14 cores).
   const std::string data = DDP_TOPOLOGY_DATA;
   const ddp::NodeHardware g4dn = ddp::load_node_hardware(data + "/aws-g4dn.metal.xml");

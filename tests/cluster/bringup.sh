@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test cluster's bring-up says why it failed and does not fail for a slow start (issue 11): a slurmctld that
+# The test cluster's bring-up says why it failed and does not fail for a slow start: a slurmctld that
 # cannot start is reported with its exit status and the log line that says why, and leaves nothing behind; under a
 # CPU load that slows every daemon, the cluster still comes up. Runs before cluster_up (its own bring-ups).
 set -euo pipefail

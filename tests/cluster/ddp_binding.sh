@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Topology binding on the test cluster (issue 3): the socket interface is the one that reaches the master
+# Topology binding on the test cluster: the socket interface is the one that reaches the master
 # (eth0, not the second NIC eth1), --ddp-nic overrides it and a bad name fails the step; tasks of a node get
 # disjoint CPU sets within what Slurm allowed (none with --ddp-bind=none); a node without GPUs gets CPU binding and
 # a NIC only; a saved hwloc export (the admin's topology_xml, NVIDIA and AMD) is planned but binds nothing, and the
@@ -55,7 +55,7 @@ check_saved_topology() {
   set_plugstack "required $DDP_CLUSTER_PLUGIN topology_xml=$xml"
   out=$(run_on_cluster srun --ddp --ddp-verbose -N1 -n2 sh -c "$show" 2>&1)
   # Two tasks of eight GPUs. The nodes have 4 CPUs (slurm.conf), so the step's Slurm cores are among 0-3, all on
-  # the export's socket 0: the tasks take that socket's GPUs (issue 16), on its two host bridges (10:1c.0 and
+  # the export's socket 0: the tasks take that socket's GPUs, on its two host bridges (10:1c.0 and
   # 20:1c.0, GPUs 0 and 2), listed first so that task r uses cuda:r.
   assert_eq 2 "$(echo "$out" | grep -c ' cuda=0,2,1,3,4,5,6,7 fi=efa ')" "GPU and EFA variables from the p4d export: $out"
   assert_contains "$out" "gpu=cuda:1(0000:20:1c.0)" "the second task's GPU is under socket 0's other host bridge"
@@ -65,7 +65,7 @@ check_saved_topology() {
     "the verbose line says which rule chose the second task's GPU and CPUs"
 }
 
-# An AMD node (issue 16): the MI50 export's GPUs in ROCm SMI's order, ROCR_VISIBLE_DEVICES with the tasks' GPUs
+# An AMD node: the MI50 export's GPUs in ROCm SMI's order, ROCR_VISIBLE_DEVICES with the tasks' GPUs
 # first, HIP_VISIBLE_DEVICES counting what ROCr exposes, and a value the user set for HIP kept.
 check_saved_amd_topology() {
   local xml out rocm

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A hung rank under ddp-train (issue 15 item 2): one rank of multi-node.sbatch is stopped (SIGSTOP: a hung process
+# A hung rank under ddp-train: one rank of multi-node.sbatch is stopped (SIGSTOP: a hung process
 # or node) after a snapshot. The other ranks' next collective fails at --timeout, rank 0 names the stopped rank in
 # one line, the step ends (srun's kill-on-bad-exit, which --ddp turns on), ddp-restart shows the first failure as
 # ddp-why tells it and starts the step again, and training resumes from the newest snapshot to the end.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale (issue 15 item 4), on a test cluster of its own with DDP_SCALE_NODES nodes (32), brought up once and torn
+# Scale, on a test cluster of its own with DDP_SCALE_NODES nodes (32), brought up once and torn
 # down at the end, after the shared 2-node cluster is down (CTest orders it after cluster_down):
 # - srun --ddp's contract on every task of a 32-node x 2-task step: each rank's values, one MASTER_ADDR and port;
 # - PyTorch's own rendezvous (init_process_group over env://, Gloo) of 32 ranks, one per node, and an all-reduce;

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Issue 12 on a real Slurm, each item as the attack or the fault itself:
-#   1. the job's HWLOC_XMLFILE is /dev/zero, a FIFO or a 100 MB file: the step runs with the real topology and
-#      slurmstepd's memory stays flat (its peak RSS, read by the task from /proc/$PPID, is printed for the record);
-#   2. another user pre-created the snapshot directory 0777: the step is refused with one line; a fresh one is
-#      created by the task, as the user, mode 0700;
-#   4. a --ddp job has one key for all its steps, another job another key, and derived ports follow it;
-#   low: "optional" in plugstack.conf keeps steps without --ddp running when ddp.so is missing;
-#   9. the snapshot directory's file system hangs (ext4 frozen with fsfreeze in node1's mount namespace): the step
-#      fails at the admin's deadline with one line, and the node goes on running steps.
+# Security and data safety on a real Slurm, each case as the attack or the fault itself:
+#   - the job's HWLOC_XMLFILE is /dev/zero, a FIFO or a 100 MB file: the step runs with the real topology and
+#     slurmstepd's memory stays flat (its peak RSS, read by the task from /proc/$PPID, is printed for the record);
+#   - another user pre-created the snapshot directory 0777: the step is refused with one line; a fresh one is
+#     created by the task, as the user, mode 0700;
+#   - a --ddp job has one key for all its steps, another job another key, and derived ports follow it;
+#   - "optional" in plugstack.conf keeps steps without --ddp running when ddp.so is missing;
+#   - the snapshot directory's file system hangs (ext4 frozen with fsfreeze in node1's mount namespace): the step
+#     fails at the admin's deadline with one line, and the node goes on running steps.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -108,7 +108,7 @@ check_hung_snapshot_storage() {
   on_node node1 fsfreeze -u "$mnt"
 }
 
-# Low item of issue 12: "required" in plugstack.conf makes a missing ddp.so break every step; "optional" keeps the
+# Plugstack modes: "required" in plugstack.conf makes a missing ddp.so break every step; "optional" keeps the
 # steps without --ddp running and refuses --ddp.
 check_plugstack_modes() {
   set_plugstack "optional /nonexistent/ddp.so"

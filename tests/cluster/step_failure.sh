@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# When a task of an `srun --ddp` step fails (issue 15 items 1 and 2):
+# When a task of an `srun --ddp` step fails:
 # - the step ends (srun's --kill-on-bad-exit=1 meaning) while the other ranks would still sleep for minutes; with
 #   --ddp-keep-going or Slurm's own --kill-on-bad-exit=0 the others run to their end;
 # - the failed rank's exception reaches its TORCHELASTIC_ERROR_FILE through PyTorch's own @record; srun names the first

@@ -55,7 +55,7 @@ TEST(Ports, JobKeysAreRandomHex) {
   EXPECT_FALSE(is_job_key("0123"));
 }
 
-// Issue 12 item 4: without a key, jobs 1000 and 1625 got the same port (and steps 0 and 16 of a job), and anyone
+// Ports without a job key: jobs 1000 and 1625 got the same port (and steps 0 and 16 of a job), and anyone
 // could compute it. With the job's key the place in the range is the key's: the job id plays no part, a job's
 // steps never share a port, and across jobs the ports spread over the whole range.
 TEST(Ports, KeyedPortsFollowTheKeyNotTheJobId) {

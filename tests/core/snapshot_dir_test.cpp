@@ -85,7 +85,7 @@ TEST_F(SnapshotDirTest, AFileIsNotADirectory) {
             std::string::npos);
 }
 
-// Issue 12 (low): the plugin logs these errors to slurmd's log (slurm_error, one line per failure). A path the user
+// Log injection: the plugin logs these errors to slurmd's log (slurm_error, one line per failure). A path the user
 // chose with a line break or a terminal escape in it must come out quoted, one line, with those bytes as '?'.
 TEST_F(SnapshotDirTest, APathWithControlCharactersIsLoggedQuotedOnOneLine) {
   const std::string hostile = root_ + "/evil\n[ddp] forged line\x1b[2J";
@@ -138,7 +138,7 @@ int as_user(uid_t user, const std::function<bool()>& body) {
 constexpr uid_t kVictim = 65534;    // nobody
 constexpr uid_t kAttacker = 65533;  // any other uid
 
-// Issue 12 item 2: with an admin template such as /scratch/ddp-%j, another user pre-creates the next job's
+// A planted snapshot directory: with an admin template such as /scratch/ddp-%j, another user pre-creates the next job's
 // directory 0777 and then reads the weights, deletes snapshots or plants one. The victim's step must refuse it.
 TEST_F(SnapshotDirTest, ADirectoryAnotherUserMadeIsRefusedWithOneLine) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to act as two users";
@@ -289,7 +289,7 @@ TEST_F(SnapshotDirTest, ChecksAsTheUserNotAsRoot) {
             0);
 }
 
-// Issue 12 item 9: a file system that hangs (here: an ext4 image frozen with fsfreeze, where mkdir waits
+// A file system that hangs (here: an ext4 image frozen with fsfreeze, where mkdir waits
 // uninterruptibly) must cost the task its deadline, with one line, not hang the step. In a child process with a
 // mount namespace of its own, so nothing is left mounted on failure.
 TEST_F(SnapshotDirTest, AHungFileSystemFailsAtTheDeadlineWithOneLine) {

@@ -93,7 +93,7 @@ TEST(ClockOffset, BestSampleIsTheOneWithTheLeastDelay) {
   EXPECT_EQ(best.error_ns, 50'000);
 }
 
-// Issue 12: the peer's two times arrive from the wire; extreme values overflowed int64 (undefined behaviour).
+// The peer's two times arrive from the wire; extreme values overflowed int64 (undefined behaviour).
 TEST(ClockOffset, ExtremeTimesFromAPeerNeitherOverflowNorPass) {
   const ClockOffset far = offset_of({0, INT64_MAX, INT64_MAX, 1000});
   EXPECT_GT(far.offset_ns, int64_t{4'000'000'000'000'000'000});

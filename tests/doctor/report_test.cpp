@@ -78,7 +78,7 @@ TEST(Report, JsonCarriesEveryFieldEscaped) {
   EXPECT_EQ(json.back(), '\n');
 }
 
-// Issue 12: peer strings were printed raw, so a peer could send terminal escapes to rank 0's terminal.
+// Peer strings were printed raw, so a peer could send terminal escapes to rank 0's terminal.
 TEST(Report, TableShowsControlCharactersOfPeersAsText) {
   Report report;
   CheckResult row = make_result("net.rendezvous", Status::Ok, "up\x1b]0;owned\x07", "", "line\nbreak");

@@ -60,7 +60,7 @@ TEST(RocmSmi, InitFailureIsReportedWithRocmSmisOwnWords) {
   EXPECT_TRUE(contains(results.front().detail, "this node has 4 AMD GPU(s) but rsmi_init")) << results.front().detail;
 }
 
-// Issue 16: AMD GPUs are reported through ROCm SMI when it is installed, and skipped cleanly when not: unlike NVML,
+// AMD GPUs are reported through ROCm SMI when it is installed, and skipped cleanly when not: unlike NVML,
 // which NVIDIA's driver installs, ROCm SMI is a package of its own. A library that loads but is not ROCm SMI is a
 // broken installation, and fails.
 TEST(RocmSmi, AMissingLibraryIsASkipWithOrWithoutGpusAndAForeignOneFails) {

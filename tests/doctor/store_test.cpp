@@ -1,4 +1,4 @@
-// Attacks on the doctor's store and wire format (issue 12 item 5), each performed: lengths and counts a peer made
+// Attacks on the doctor's store and wire format, each performed: lengths and counts a peer made
 // up, connections that stay silent, oversized frames, a nonce that is a path, terminal escapes in peer text,
 // and a field long enough to blow up the report.
 #include <gtest/gtest.h>

@@ -106,8 +106,8 @@ TEST(NodeSetup, SlurmsGpuListIsReplacedButTheUsersInterfaceIsKept) {
   EXPECT_EQ(var(env, "GLOO_SOCKET_IFNAME").value, "ens161");
 }
 
-// Issue 16's bad input as --ddp-verbose prints it: the step's GPUs are socket 0's, its cores socket 1's. The line
-// names the rules that decided and says why the GPU is remote.
+// A step whose GPUs and cores are on different sockets, as --ddp-verbose prints it: the step's GPUs are socket
+// 0's, its cores socket 1's. The line names the rules that decided and says why the GPU is remote.
 TEST(NodeSetup, TheVerboseLineSaysWhyTheGpuIsRemote) {
   NodeSetup node = p4d_node();
   node.allowed_cpus = cpus_of_cores(*node.hardware, parse_id_list("24-47", "test cores"));
@@ -247,7 +247,7 @@ TEST(NodeSetup, RunningSystemBindsCpusItMayUse) {
   EXPECT_FALSE(apply_cpu_binding(0, binding.cpus).empty());
 }
 
-// Issue 12: the plugin's topology is never a file someone names. hwloc itself reads HWLOC_XMLFILE and
+// The plugin's topology is never a file someone names. hwloc itself reads HWLOC_XMLFILE and
 // HWLOC_SYNTHETIC from the environment of the process that loads a topology; here that is this test's, as it
 // would be slurmstepd's if slurmd's environment held them. ddp-topo's loader follows them (the first check shows
 // each one takes effect); the plugin's does not.
@@ -333,7 +333,7 @@ TEST_F(TopologyCacheTest, ExportIsReadBackAsThisSystem) {
   EXPECT_TRUE(node.hardware->this_system);
 }
 
-// Issue 12: a damaged cache was never replaced, and every later step probed the system (or read the damage).
+// A damaged cache was never replaced, and every later step probed the system (or read the damage).
 TEST_F(TopologyCacheTest, ACacheCutShortIsWrittenAgainAndOldOnesGo) {
   if (geteuid() != 0) GTEST_SKIP() << "the cache is root's";
   ensure_topology_cache(dir_);

@@ -345,7 +345,8 @@ TEST(DdpTrain, RefusesASnapshotOfAnotherModelNamingTheFirstMismatchingTensor) {
   EXPECT_FALSE(contains(wider.output, "[CPU0] Epoch")) << wider.output;
 }
 
-// Issue 12 item 3, as users meet it: two runs in one directory and a junk file with a higher step number.
+// Other files in the snapshot directory, as users meet them: two runs in one directory and a junk file with a
+// higher step number.
 TEST(DdpTrain, RunsSharingADirectoryKeepTheirOwnSnapshotsAndJunkIsSetAside) {
   const std::string dir = testing::make_temp_dir();
   const std::string snapshots = dir + "/snapshots";
@@ -420,8 +421,8 @@ class PortSquatter {
   std::string port_;
 };
 
-// Issue 12 item 4: when the store cannot bind, every rank fails at once with one line naming the port and the fix;
-// the other ranks never take a store that cannot prove it is their rank 0's.
+// Another program on the store's port: when the store cannot bind, every rank fails at once with one line naming
+// the port and the fix; the other ranks never take a store that cannot prove it is their rank 0's.
 TEST(DdpTrain, EveryRankFailsWithThePortAndTheFixWhenAnotherProgramHoldsIt) {
   const PortSquatter squatter;
   const testing::Env env{{"WORLD_SIZE", "2"},

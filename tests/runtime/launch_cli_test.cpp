@@ -65,7 +65,7 @@ TEST(Idx, ReadsUnsignedByteArraysAndRefusesOthers) {
   testing::write_bytes(dir + "/gz", "\x1f\x8b\x08\x00");
   EXPECT_NE(error_of([&] { read_idx_file(dir + "/gz"); }).find("gunzip"), std::string::npos);
   EXPECT_NE(error_of([&] { read_idx_file(dir + "/missing"); }).find("cannot open"), std::string::npos);
-  // Issue 12: a 16-byte file whose header claims 1.1 GiB was allocated before it was read.
+  // A 16-byte file whose header claims 1.1 GiB was allocated before it was read.
   testing::write_bytes(dir + "/liar", std::string("\0\0\x08\x03\0\0\xea\x60\0\0\0\x1c\0\0\0\x1c", 16));
   EXPECT_EQ(error_of([&] { read_idx_file(dir + "/liar"); }),
             dir + "/liar is truncated: its header promises 47040000 bytes of data, it has 0");

@@ -1,4 +1,4 @@
-// When a run goes wrong (issue 15): a stopped rank is named at the timeout, a slow rank is named once per epoch
+// When a run goes wrong: a stopped rank is named at the timeout, a slow rank is named once per epoch
 // and a rank that keeps pace is not, and a failure leaves torchrun's error file, read back by torchrun's own code.
 // Real ddp-train processes on 127.0.0.1; slowness and hangs are SIGSTOP, whatever the machine's load.
 #include <gtest/gtest.h>

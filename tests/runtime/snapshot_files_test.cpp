@@ -1,4 +1,4 @@
-// Snapshot files on disk (issue 12, items 2, 3, 7, 8, 10): names with the run identity, the directory rules the
+// Snapshot files on disk: names with the run identity, the directory rules the
 // runtime shares with the plugin, reading only regular files whose zip directory accounts for their size,
 // temporaries that are unique and never removed under a live writer, and the start-up probe.
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // Snapshots: round trip, the background writer, keep-K, checksums on resume, and the format Python's
-// torch.load reads (and the seed script writes). Issue 12: a junk file and a second run in the directory never
-// cost this run its snapshots, a snapshot missing a field falls back to the one before, reading keeps one copy in
+// torch.load reads (and the seed script writes). Attacks and faults: a junk file and a second run in the directory
+// never cost this run its snapshots, a snapshot missing a field falls back to the one before, reading keeps one copy in
 // memory, and a write error is reported at once without ending the run.
 #include <gtest/gtest.h>
 
@@ -205,7 +205,7 @@ TEST(Snapshot, NewestValidWinsAndCorruptOrTruncatedOnesAreSetAsideWithAWarningNa
   EXPECT_EQ(again.all(), "");
 }
 
-// The junk-file attack of issue 12: with --keep 1, one file with a higher step number made every new snapshot
+// The junk-file attack: with --keep 1, one file with a higher step number made every new snapshot
 // the "oldest" and deleted it as soon as it was written.
 TEST(Snapshot, AJunkFileWithAHigherStepNeverCostsTheRunItsSnapshots) {
   const std::string dir = testing::make_temp_dir();
@@ -279,7 +279,7 @@ TEST(Snapshot, OlderSnapshotsOfAnEarlierProcessAreReadBackBeforeTheyAreRemoved) 
   EXPECT_NE(warnings.all().find(earlier[0] + " fails its checksum; set aside"), std::string::npos) << warnings.all();
 }
 
-// Issue 12 item 6: a snapshot that loads but lacks a field threw std::out_of_range from c10::Dict::at, which no
+// A snapshot that loads but lacks a field threw std::out_of_range from c10::Dict::at, which no
 // one caught, and every restart stopped instead of using the snapshot before it.
 TEST(Snapshot, ASnapshotMissingAFieldIsCorruptAndResumeUsesThePreviousOne) {
   const std::string dir = testing::make_temp_dir();
@@ -413,7 +413,7 @@ long status_kib(const std::string& field) {
   return -1;
 }
 
-// Issue 12 item 7: reading a snapshot held the file's bytes, then a growing copy of them, then the tensors: about
+// Reading a snapshot held the file's bytes, then a growing copy of them, then the tensors: about
 // three times the snapshot on every rank at once. Measured in a fresh process, so that nothing else moved its peak.
 TEST(Snapshot, ReadingKeepsOneCopyOfTheSnapshotInMemory) {
   const std::string dir = testing::make_temp_dir();
@@ -433,7 +433,7 @@ TEST(Snapshot, ReadingKeepsOneCopyOfTheSnapshotInMemory) {
   EXPECT_GT(growth, 0.9 * size) << "the tensors themselves must be there: " << result.output;
 }
 
-// Issue 12 item 10: a full disk in the background writer showed only at the next snapshot, as an exit. Now it is
+// A full disk in the background writer showed only at the next snapshot, as an exit. Now it is
 // reported by the writer at once, training goes on, the next snapshot tries again, and only three failures in a
 // row stop the run. Runs in a mount namespace of its own with a 1 MiB tmpfs.
 TEST(Snapshot, AFullDiskIsReportedAtOnceRetriedAndEndsTheRunOnlyAfterThreeFailuresInARow) {

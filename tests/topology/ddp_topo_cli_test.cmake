@@ -58,7 +58,7 @@ expect_equal("${value}" "its own PCIe path (NODE to the nearest earlier task's G
 string(JSON value TYPE "${json}" plan tasks 1 note)
 expect_equal("${value}" "NULL" "no note for a GPU local to the step's CPUs")
 
-# Issue 16's g4dn case: four tasks, two per socket, each socket's two on its two host bridges.
+# g4dn with fewer tasks than GPUs: four tasks, two per socket, each socket's two on its two host bridges.
 run_topo(table rc err --xml ${DATA}/aws-g4dn.metal.xml --tasks 4)
 expect_equal("${rc}" 0 "g4dn 4 tasks exit status (${err})")
 expect_match("${table}" "\n2 +2 +2 +0000:35:00.0 +eth0 +SYS +rdmap197s0 +SYS +12-23,60-71\n" "g4dn task 2: 35:00.0")

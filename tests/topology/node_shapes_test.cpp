@@ -137,7 +137,7 @@ TEST(TheStepsCpusSteerTheGpuChoice, StepOnSocketOnesCoresWithAllGpusVisible) {
 }
 
 TEST(TheStepsCpusSteerTheGpuChoice, NoGpuLocalToTheStepsCpusStillPlansWithANote) {
-  // Bad input of the issue: the step's GPUs (socket 0's 10:1c, 10:1d) and its CPUs (socket 1) never meet. The plan
+  // Bad input: the step's GPUs (socket 0's 10:1c, 10:1d) and its CPUs (socket 1) never meet. The plan
   // is made on the step's CPUs, and each task says why its GPU is remote.
   const NodeHardware& hw = test::p4d();
   PlanRequest request = tasks(2, "24-47,72-95");
