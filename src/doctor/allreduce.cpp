@@ -100,8 +100,8 @@ float fill_value(int member_index) { return static_cast<float>(member_index + 1)
 
 float expected_sum(int ranks) { return static_cast<float>(ranks) * static_cast<float>(ranks + 1) / 2; }
 
-std::vector<CheckResult> grade_allreduce(const std::string& backend, const std::vector<AllreduceTiming>& timings,
-                                         int ranks, const std::vector<std::vector<std::string>>& wrong_on) {
+std::vector<CheckResult> grade_allreduce(const CheckInfo& check, const std::vector<AllreduceTiming>& timings, int ranks,
+                                         const std::vector<std::vector<std::string>>& wrong_on) {
   std::vector<CheckResult> results;
   for (size_t i = 0; i < timings.size(); ++i) {
     const auto& t = timings[i];
@@ -115,7 +115,7 @@ std::vector<CheckResult> grade_allreduce(const std::string& backend, const std::
       detail += ": data is corrupted between ranks (faulty NIC, driver or memory); expected every element to be " +
                 format_fixed(expected_sum(ranks), 0);
     }
-    results.push_back(make_result("allreduce." + backend, wrong ? Status::Fail : Status::Ok,
+    results.push_back(make_result(check, wrong ? Status::Fail : Status::Ok,
                                   "busbw " + format_gbytes(bus_bandwidth(algbw, ranks)) + " @ " + format_bytes(t.bytes),
                                   "sum correct", detail));
   }
@@ -125,12 +125,12 @@ std::vector<CheckResult> grade_allreduce(const std::string& backend, const std::
 std::vector<CheckResult> check_allreduce(Group& group, AllreduceBackend& backend, const CollectiveSetup& setup,
                                          const std::vector<AllreduceSize>& sizes,
                                          const std::function<void(const std::string&)>& progress) {
-  const std::string check = "allreduce." + backend.name();
+  const CheckInfo& check = backend.check();
   const int ranks = static_cast<int>(group.members().size());
   // The set-up exchanges, then Gloo's connection and the first all-reduce may each wait for a rank that failed.
   const Deadline set_up = Deadline::after(setup.timeout);
   const Deadline reported = Deadline::after(setup.phase);
-  const auto reasons = group.all_gather(check, backend.unavailable(), set_up);
+  const auto reasons = group.all_gather(check.name, backend.unavailable(), set_up);
   const std::string unavailable = unavailable_reasons(group, reasons);
   if (!unavailable.empty() || ranks < 2) {
     if (group.rank() != 0) return {};
@@ -148,14 +148,15 @@ std::vector<CheckResult> check_allreduce(Group& group, AllreduceBackend& backend
   } catch (const std::exception& e) {
     error = e.what();
   }
-  const auto messages = group.gather(check + " results", encode_outcome(error, own_error, timings), reported);
+  const auto messages =
+      group.gather(std::string(check.name) + " results", encode_outcome(error, own_error, timings), reported);
   if (group.rank() != 0) return {};
   const Outcomes outcomes = collect(group, messages, sizes.size());
   if (!outcomes.error.empty()) {
     return {make_result(check, Status::Fail, "failed", "sum correct",
                         outcomes.error + " (the interface, ports between nodes, or the backend's own setup)")};
   }
-  return grade_allreduce(backend.name(), timings, ranks, outcomes.wrong_on);
+  return grade_allreduce(check, timings, ranks, outcomes.wrong_on);
 }
 
 }  // namespace ddp::doctor

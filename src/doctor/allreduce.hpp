@@ -48,7 +48,8 @@ struct CollectiveSetup {
 class AllreduceBackend {
  public:
   virtual ~AllreduceBackend() = default;
-  virtual std::string name() const = 0;  // "gloo", "nccl"
+  virtual std::string name() const = 0;        // "gloo", "nccl"
+  virtual const CheckInfo& check() const = 0;  // checks::kAllreduceGloo, ...
   // Why this rank cannot take part (no CUDA device, ...); empty when it can. Local and cheap: a SKIP.
   virtual std::string unavailable() = 0;
   // This rank's own set-up (a device, a GPU); throws on failure. On the `root` (rank 0) returns what it hands
@@ -61,8 +62,8 @@ class AllreduceBackend {
 
 // allreduce.<backend>: one result per size with busbw and algbw; `wrong_on[i]`: the ranks whose sum was wrong
 // at size i (FAIL).
-std::vector<CheckResult> grade_allreduce(const std::string& backend, const std::vector<AllreduceTiming>& timings,
-                                         int ranks, const std::vector<std::vector<std::string>>& wrong_on);
+std::vector<CheckResult> grade_allreduce(const CheckInfo& check, const std::vector<AllreduceTiming>& timings, int ranks,
+                                         const std::vector<std::vector<std::string>>& wrong_on);
 
 // Collective over all members: runs `backend` when every member can, else rank 0 reports a SKIP with the
 // reasons. Rank 0 returns the whole-run results; the others return nothing. `progress` may be empty. Ends

@@ -15,10 +15,10 @@ const char* to_string(Status status) {
   return "?";
 }
 
-CheckResult make_result(std::string check, Status status, std::string value, std::string threshold,
+CheckResult make_result(const CheckInfo& check, Status status, std::string value, std::string threshold,
                         std::string detail) {
   CheckResult result;
-  result.check = std::move(check);
+  result.check = check.name;
   result.status = status;
   result.value = std::move(value);
   result.threshold = std::move(threshold);
@@ -26,8 +26,8 @@ CheckResult make_result(std::string check, Status status, std::string value, std
   return result;
 }
 
-CheckResult skipped(std::string check, std::string why) {
-  return make_result(std::move(check), Status::Skip, "-", "", std::move(why));
+CheckResult skipped(const CheckInfo& check, std::string why) {
+  return make_result(check, Status::Skip, "-", "", std::move(why));
 }
 
 Status worst(const std::vector<CheckResult>& results) {

@@ -4,13 +4,15 @@
 #include <string>
 #include <vector>
 
+#include "doctor/catalogue.hpp"
+
 namespace ddp::doctor {
 
 enum class Status { Ok, Warn, Fail, Skip };
 const char* to_string(Status status);
 
 struct CheckResult {
-  std::string check;  // stable dotted name for scripts, e.g. "net.interface"
+  std::string check;  // a catalogue entry's name (catalogue.hpp), e.g. "net.interface"; a peer's may be any text
   Status status = Status::Ok;
   std::string value;      // what was measured, with its unit
   std::string threshold;  // what passes; empty where the check is pass/fail by nature
@@ -21,9 +23,9 @@ struct CheckResult {
   static constexpr int kWholeRun = -1;
 };
 
-CheckResult make_result(std::string check, Status status, std::string value, std::string threshold = "",
+CheckResult make_result(const CheckInfo& check, Status status, std::string value, std::string threshold = "",
                         std::string detail = "");
-CheckResult skipped(std::string check, std::string why);
+CheckResult skipped(const CheckInfo& check, std::string why);
 
 // The worst status of a list, where FAIL > WARN > OK and SKIP counts as OK.
 Status worst(const std::vector<CheckResult>& results);

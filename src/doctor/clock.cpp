@@ -35,7 +35,7 @@ CheckResult grade_clock_offset(const ClockOffset& offset, double warn_ms, double
                                      : ": log timestamps of different nodes will not line up; ";
     detail += "run chrony or ntpd on every node";
   }
-  return make_result("clock.offset", status, value, "|offset| <= " + format_fixed(warn_ms, 0) + " ms", detail);
+  return make_result(checks::kClockOffset, status, value, "|offset| <= " + format_fixed(warn_ms, 0) + " ms", detail);
 }
 
 ClockOffset offset_from_rank0(StoreClient& store, int rounds, Deadline deadline) {

@@ -16,7 +16,7 @@ CheckResult runtime_check(const EnvLookup& env) {
   const std::string contract = env(kContractVariable) ? "the values srun --ddp set arrived unchanged (DDP_CONTRACT)"
                                                       : "not started by srun --ddp (no DDP_CONTRACT)";
   const std::string mount = *kind.mount == '\0' ? "" : "; node directories are mounted with " + std::string(kind.mount);
-  return make_result("container.runtime", Status::Ok, kind.name, "", contract + mount);
+  return make_result(checks::kContainerRuntime, Status::Ok, kind.name, "", contract + mount);
 }
 
 CheckResult snapshot_dir_check(const EnvLookup& env, const std::string& dir) {
@@ -26,19 +26,20 @@ CheckResult snapshot_dir_check(const EnvLookup& env, const std::string& dir) {
     for (const auto& [name, value] : decode_contract(*contract))
       prepared = prepared || (name == "DDP_SNAPSHOT_DIR" && value == dir);
   }
-  if (!prepared) return skipped("container.snapshot_dir", "srun --ddp prepared no snapshot directory for this run");
+  if (!prepared)
+    return skipped(checks::kContainerSnapshotDir, "srun --ddp prepared no snapshot directory for this run");
   try {
     require_prepared_dir(dir, env);
   } catch (const Error& e) {
-    return make_result("container.snapshot_dir", Status::Fail, "missing", "present", e.what());
+    return make_result(checks::kContainerSnapshotDir, Status::Fail, "missing", "present", e.what());
   }
-  return make_result("container.snapshot_dir", Status::Ok, "present", "present", dir);
+  return make_result(checks::kContainerSnapshotDir, Status::Ok, "present", "present", dir);
 }
 
 CheckResult shm_check(const std::string& shm) {
   struct statvfs info = {};
   if (statvfs(shm.c_str(), &info) != 0) {
-    return make_result("container.shm", Status::Warn, "unreadable", format_bytes(kMinShmBytes),
+    return make_result(checks::kContainerShm, Status::Warn, "unreadable", format_bytes(kMinShmBytes),
                        shm + ": " + std::strerror(errno) + "; NCCL's shared-memory transport needs it");
   }
   const uint64_t bytes = static_cast<uint64_t>(info.f_blocks) * info.f_frsize;
@@ -48,7 +49,8 @@ CheckResult shm_check(const std::string& shm) {
                                                         " is small for NCCL's shared-memory buffers between the "
                                                         "GPUs of a node; give the container more (docker: "
                                                         "--shm-size; enroot and ch-run use the node's /dev/shm)";
-  return make_result("container.shm", status, format_bytes(bytes), "at least " + format_bytes(kMinShmBytes), detail);
+  return make_result(checks::kContainerShm, status, format_bytes(bytes), "at least " + format_bytes(kMinShmBytes),
+                     detail);
 }
 
 }  // namespace

@@ -17,17 +17,17 @@ unsigned usable_cores() {
 
 CheckResult check_cores(unsigned cores, std::optional<unsigned> workers) {
   const std::string value = std::to_string(cores) + " core(s)";
-  if (!workers) return make_result("cpu.cores", Status::Ok, value, "", "--workers N checks data-loader workers");
+  if (!workers) return make_result(checks::kCpuCores, Status::Ok, value, "", "--workers N checks data-loader workers");
   const unsigned needed = *workers + 1;
   const std::string threshold = ">= " + std::to_string(needed) + " (" + std::to_string(*workers) + " workers + 1)";
-  if (cores >= needed) return make_result("cpu.cores", Status::Ok, value, threshold);
-  return make_result("cpu.cores", Status::Warn, value, threshold,
+  if (cores >= needed) return make_result(checks::kCpuCores, Status::Ok, value, threshold);
+  return make_result(checks::kCpuCores, Status::Warn, value, threshold,
                      std::to_string(*workers) + " data-loader workers and the training process share " + value +
                          ": ask for --cpus-per-task=" + std::to_string(needed) + " or use fewer workers");
 }
 
 CheckResult check_omp_threads(const std::optional<std::string>& omp_num_threads, unsigned cores) {
-  const std::string check = "cpu.omp_threads";
+  const CheckInfo& check = checks::kOmpThreads;
   const std::string threshold = "1.." + std::to_string(cores);
   if (!omp_num_threads) {
     return make_result(check, Status::Warn, "unset", threshold,

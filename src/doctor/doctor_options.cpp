@@ -93,6 +93,8 @@ options:
   --max-clock-ms X        WARN above this clock offset between nodes (default: 100)
   --straggler-threshold P WARN for a node whose GEMM or memory bandwidth is more than P% below the nodes'
                           median (default: 20, as ddp-train's)
+  --list-checks           list every check: its name in the report, where it runs, what it checks and the
+                          option that moves its threshold
   -h, --help              this text
 )";
 }
@@ -127,6 +129,8 @@ DoctorOptions parse_doctor_options(const std::vector<std::string>& args) {
     const std::string& arg = args[i];
     if (arg == "-h" || arg == "--help") {
       options.help = true;
+    } else if (arg == "--list-checks") {
+      options.list_checks = true;
     } else if (arg == "--json") {
       options.json = true;
     } else if (arg == "--quick") {

@@ -19,6 +19,7 @@ struct Thresholds {
 
 struct DoctorOptions {
   bool help = false;
+  bool list_checks = false;  // print the catalogue of checks (catalogue.hpp) and exit
   bool json = false;
   bool quick = false;
   std::optional<std::string> snapshot_dir;  // default: DDP_SNAPSHOT_DIR

@@ -76,6 +76,7 @@ AllreduceTiming time_size(const std::shared_ptr<gloo::Context>& context, const A
 class GlooBackend : public AllreduceBackend {
  public:
   std::string name() const override { return "gloo"; }
+  const CheckInfo& check() const override { return checks::kAllreduceGloo; }
   std::string unavailable() override { return ""; }
 
   std::string prepare(const CollectiveSetup& setup, bool) override {

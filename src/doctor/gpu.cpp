@@ -59,13 +59,13 @@ CheckResult driver_result(const DriverReport& report, GpuVendor vendor, size_t p
   // Under Slurm's ConstrainDevices the library sees only the job's GPUs, so fewer than on the bus is normal;
   // fewer than the task should use is not.
   if (report.gpus.size() < usable) {
-    return make_result("gpu.driver", Status::Fail, value, threshold,
+    return make_result(checks::kGpuDriver, Status::Fail, value, threshold,
                        "the driver sees " + std::to_string(report.gpus.size()) + " of the " + std::to_string(pci_gpus) +
                            " GPUs on the PCI bus: a GPU fell off the bus or failed to "
                            "start; " +
                            hints(vendor).lost);
   }
-  return make_result("gpu.driver", Status::Ok, value, threshold);
+  return make_result(checks::kGpuDriver, Status::Ok, value, threshold);
 }
 
 CheckResult memory_result(const DriverReport& report, GpuVendor vendor) {
@@ -81,8 +81,8 @@ CheckResult memory_result(const DriverReport& report, GpuVendor vendor) {
   }
   const std::string value = "most used " + format_bytes(most_used);
   const std::string threshold = "<= " + format_fixed(kUsedMemoryWarnFraction * 100, 0) + "% in use";
-  if (busy.empty()) return make_result("gpu.memory", Status::Ok, value, threshold);
-  return make_result("gpu.memory", Status::Warn, value, threshold,
+  if (busy.empty()) return make_result(checks::kGpuMemory, Status::Ok, value, threshold);
+  return make_result(checks::kGpuMemory, Status::Warn, value, threshold,
                      "already in use before training: " + busy + "; another job or a leftover process holds it (" +
                          hints(vendor).processes + ")");
 }
@@ -134,7 +134,7 @@ VisibleGpus parse_visible_devices(const std::optional<std::string>& visible_devi
 
 CheckResult check_visible_gpus(const NodeGpus& node, const std::optional<std::string>& visible_devices,
                                bool needs_gpu) {
-  const std::string check = "gpu.visible";
+  const CheckInfo& check = checks::kGpuVisible;
   const size_t node_gpus = node.gpus.size();
   const VisibleGpus visible = parse_visible_devices(visible_devices);
   const std::string variable = node.visible_variable();
@@ -166,7 +166,7 @@ CheckResult check_visible_gpus(const NodeGpus& node, const std::optional<std::st
 }
 
 CheckResult check_gpu_drivers(const NodeGpus& node) {
-  const std::string check = "gpu.driver_bound";
+  const CheckInfo& check = checks::kGpuDriverBound;
   if (node.gpus.empty()) return skipped(check, "no GPU on the PCI bus");
   const std::string driver = kernel_driver(*node.vendor);
   std::vector<std::string> unbound;
@@ -190,16 +190,17 @@ std::vector<CheckResult> check_driver_report(const DriverQuery& query, GpuVendor
                                              size_t usable) {
   if (!query.report) {
     if (pci_gpus == 0) {
-      return {skipped("gpu.driver", std::string("no ") + to_string(vendor) + " GPU on the PCI bus; " + query.error)};
+      return {
+          skipped(checks::kGpuDriver, std::string("no ") + to_string(vendor) + " GPU on the PCI bus; " + query.error)};
     }
     // NVIDIA's driver installs NVML with itself, so its absence beside NVIDIA GPUs is a node fault. ROCm SMI is a
     // package of its own (rocm-smi-lib), not part of the amdgpu driver: without it only this check goes.
     if (vendor == GpuVendor::Amd && !query.loaded) {
-      return {skipped("gpu.driver", "this node has " + std::to_string(pci_gpus) +
-                                        " AMD GPU(s) but no ROCm SMI library to ask about them (" + query.error +
-                                        "); install ROCm SMI (rocm-smi-lib) to check them")};
+      return {skipped(checks::kGpuDriver, "this node has " + std::to_string(pci_gpus) +
+                                              " AMD GPU(s) but no ROCm SMI library to ask about them (" + query.error +
+                                              "); install ROCm SMI (rocm-smi-lib) to check them")};
     }
-    return {make_result("gpu.driver", Status::Fail, "no driver library", "driver loaded",
+    return {make_result(checks::kGpuDriver, Status::Fail, "no driver library", "driver loaded",
                         "this node has " + std::to_string(pci_gpus) + " " + to_string(vendor) + " GPU(s) but " +
                             query.error + "; " + hints(vendor).install)};
   }
@@ -219,7 +220,7 @@ std::vector<CheckResult> check_gpu_libraries(const NodeGpus& node, size_t usable
   if (nvidia.loaded) return check_driver_report(nvidia, GpuVendor::Nvidia, 0, usable);
   const DriverQuery amd = first_rocm_smi(rocm_smi);
   if (amd.loaded) return check_driver_report(amd, GpuVendor::Amd, 0, usable);
-  return {skipped("gpu.driver", "no GPU on the PCI bus; neither NVML nor ROCm SMI is installed")};
+  return {skipped(checks::kGpuDriver, "no GPU on the PCI bus; neither NVML nor ROCm SMI is installed")};
 }
 
 }  // namespace ddp::doctor

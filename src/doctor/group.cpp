@@ -15,7 +15,7 @@ std::string waiting_for(int rank, const std::string& step) {
 
 std::vector<CheckResult> rank0_meeting(const Launch& launch, const std::vector<int>& members,
                                        std::chrono::milliseconds timeout) {
-  const std::string check = "net.master_port";
+  const CheckInfo& check = checks::kMasterPort;
   const std::string where = host_port(launch.master_addr, launch.master_port);
   const std::string threshold = "joined within " + seconds_text(timeout);
   std::vector<CheckResult> results{
@@ -136,14 +136,14 @@ Meeting meet(Launch launch, const TimeBudget& budget, const MasterSharer& share)
     // Rank 0 publishes the list once every rank came or its own wait ended, up to `timeout` after it started.
     members =
         decode_members(store->get("members", waiting_for(0, "members"), members_by), launch.world_size, launch.rank);
-    meeting.results = {make_result("net.master_port", Status::Ok,
+    meeting.results = {make_result(checks::kMasterPort, Status::Ok,
                                    "reached " + host_port(launch.master_addr, launch.master_port),
                                    "joined within " + seconds_text(timeout))};
   }
   if (shared) {
     meeting.results = {};
     if (launch.rank == 0) {
-      meeting.results.push_back(skipped("net.master_port",
+      meeting.results.push_back(skipped(checks::kMasterPort,
                                         "no MASTER_ADDR/MASTER_PORT to probe: export them or pass "
                                         "--master-addr/--master-port"));
     }

@@ -80,7 +80,7 @@ InterfaceChoice choose_interface(const std::optional<std::string>& option, const
 }
 
 CheckResult check_interface(const InterfaceChoice& choice, const InterfaceInfo& info) {
-  const std::string check = "net.interface";
+  const CheckInfo& check = checks::kInterface;
   const std::string threshold = "up, carrier, address";
   const std::string from = " (chosen by " + choice.source + ")";
   if (!choice.error.empty()) return make_result(check, Status::Fail, "none", threshold, choice.error);
@@ -104,7 +104,7 @@ CheckResult check_interface(const InterfaceChoice& choice, const InterfaceInfo& 
 }
 
 CheckResult check_link_speed(const InterfaceInfo& info, double min_gbps) {
-  const std::string check = "net.link_speed";
+  const CheckInfo& check = checks::kLinkSpeed;
   if (!info.exists || !info.up) return skipped(check, "interface " + quote(info.name) + " is not usable");
   if (!info.speed_mbps) {
     return skipped(check,

@@ -100,13 +100,13 @@ std::vector<CheckResult> grade_link(const LinkMeasurement& measured, const std::
   const Status bandwidth = grade_at_least(rate * 8 / 1e9, min_gbps, 0);
   const Status latency = grade_at_most(measured.rtt_seconds * 1e6, max_rtt_us, 1e300);
   return {
-      make_result("net.p2p_bw", bandwidth, format_gbits(rate) + " to " + to,
+      make_result(checks::kLinkBandwidth, bandwidth, format_gbits(rate) + " to " + to,
                   ">= " + format_fixed(min_gbps, 0) + " Gbit/s",
                   format_bytes(measured.bytes) + " in " + format_seconds(measured.seconds) +
                       (bandwidth == Status::Ok ? ""
                                                : "; the guides ask for >= 10 Gbit/s between training nodes: "
                                                  "check the interface (--interface), cables and switch")),
-      make_result("net.p2p_rtt", latency, format_seconds(measured.rtt_seconds) + " to " + to,
+      make_result(checks::kLinkRtt, latency, format_seconds(measured.rtt_seconds) + " to " + to,
                   "<= " + format_fixed(max_rtt_us, 0) + " us",
                   latency == Status::Ok ? "median round trip over Gloo"
                                         : "slow round trips stall every all-reduce: are the nodes in one "
@@ -131,7 +131,7 @@ std::vector<CheckResult> check_links(Group& group, const std::vector<Peer>& peer
   const auto pairs = ring_pairs(peers);
   std::vector<CheckResult> results;
   if (group.rank() == 0 && pairs.empty()) {
-    results.push_back(skipped("net.p2p_bw", "fewer than two nodes with a usable interface"));
+    results.push_back(skipped(checks::kLinkBandwidth, "fewer than two nodes with a usable interface"));
   }
   for (size_t i = 0; i < pairs.size(); ++i) {
     const auto& [client, server] = pairs[i];
@@ -157,7 +157,8 @@ std::vector<CheckResult> check_links(Group& group, const std::vector<Peer>& peer
     } catch (const std::exception& e) {
       // The measuring side reports; a server's failure shows there as one.
       if (measuring) {
-        results.push_back(make_result("net.p2p_bw", Status::Fail, "no connection", "", failure_text(server, e.what())));
+        results.push_back(
+            make_result(checks::kLinkBandwidth, Status::Fail, "no connection", "", failure_text(server, e.what())));
       }
     }
     for (auto& result : results) {

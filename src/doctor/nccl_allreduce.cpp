@@ -172,6 +172,7 @@ class Stream {
 class NcclBackend : public AllreduceBackend {
  public:
   std::string name() const override { return "nccl"; }
+  const CheckInfo& check() const override { return checks::kAllreduceNccl; }
 
   std::string unavailable() override {
     std::string error;

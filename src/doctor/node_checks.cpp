@@ -15,7 +15,7 @@ EnvLookup or_empty(const EnvLookup& env) {
 std::vector<CheckResult> storage_checks(const NodeCheckRequest& request) {
   const std::string& dir = request.snapshot_dir;
   if (dir.empty()) {
-    return {skipped("storage.dir",
+    return {skipped(checks::kStorageDir,
                     "no snapshot directory: set DDP_SNAPSHOT_DIR (srun --ddp-snapshot-dir) or "
                     "pass --snapshot-dir")};
   }
@@ -34,7 +34,7 @@ std::vector<CheckResult> gpu_checks(const NodeCheckRequest& request) {
 // A fault of the checks themselves is reported as a FAIL rather than thrown into slurmstepd.
 std::vector<CheckResult> internal_failure(const char* reason) noexcept {
   try {
-    return {make_result("node.checks", Status::Fail, "error", "", reason)};
+    return {make_result(checks::kNodeChecks, Status::Fail, "error", "", reason)};
   } catch (...) {
     return {};  // out of memory: nothing can be reported
   }
@@ -45,20 +45,20 @@ std::vector<CheckResult> internal_failure(const char* reason) noexcept {
 NodeNetwork inspect_network(const NodeCheckRequest& request) {
   NodeNetwork network;
   if (request.master_addr.empty()) {
-    network.results.push_back(skipped("net.master_addr", "MASTER_ADDR is not set: not started by srun --ddp"));
+    network.results.push_back(skipped(checks::kMasterAddr, "MASTER_ADDR is not set: not started by srun --ddp"));
   } else {
     try {
       network.master_ip = resolve_host(request.master_addr);
-      network.results.push_back(make_result("net.master_addr", Status::Ok, network.master_ip, "resolves",
+      network.results.push_back(make_result(checks::kMasterAddr, Status::Ok, network.master_ip, "resolves",
                                             "MASTER_ADDR=" + request.master_addr));
     } catch (const std::exception& e) {
-      network.results.push_back(make_result("net.master_addr", Status::Fail, "unresolved", "resolves", e.what()));
+      network.results.push_back(make_result(checks::kMasterAddr, Status::Fail, "unresolved", "resolves", e.what()));
     }
   }
   network.choice = choose_interface(request.interface, or_empty(request.env), network.master_ip);
   if (network.choice.name.empty() && network.master_ip.empty()) {
     // Nothing names an interface and there is no master to route to: net.master_addr already says why.
-    network.results.push_back(skipped("net.interface", "no --interface, GLOO_SOCKET_IFNAME or usable MASTER_ADDR"));
+    network.results.push_back(skipped(checks::kInterface, "no --interface, GLOO_SOCKET_IFNAME or usable MASTER_ADDR"));
     return network;
   }
   if (!network.choice.name.empty()) network.info = read_interface(network.choice.name, request.sysfs_root);

@@ -23,8 +23,6 @@ constexpr int kRepeats = 3;
 // share it gets. Each run therefore repeats its kernel for at least this long.
 constexpr Seconds kQuickRun{0.2};
 constexpr Seconds kFullRun{1.0};
-constexpr const char* kCompute = "node.compute";
-constexpr const char* kMemory = "node.memory_bw";
 
 // cblas_sgemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), row-major = 101, no-trans = 111.
 using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
@@ -95,7 +93,7 @@ CheckResult measure_gemm(bool quick, Deadline deadline) {
       blocked_sgemm(n, a.data(), b.data(), c.data());
     }
   });
-  return make_result(kCompute, Status::Ok, format_fixed(best / 1e9, 1) + " GFLOP/s", "",
+  return make_result(checks::kNodeCompute, Status::Ok, format_fixed(best / 1e9, 1) + " GFLOP/s", "",
                      "single-precision GEMM " + std::to_string(n) + "x" + std::to_string(n) + " through " + blas.name +
                          ", best of " + std::to_string(repeat) + " runs of " + run_length(quick));
 }
@@ -123,7 +121,7 @@ CheckResult measure_memory(bool quick, Deadline deadline) {
       for (size_t i = begin; i < end; ++i) a[i] = b[i] + 3.0 * c[i];
     });
   });
-  return make_result(kMemory, Status::Ok, format_fixed(best / 1e9, 2) + " GB/s", "",
+  return make_result(checks::kNodeMemoryBw, Status::Ok, format_fixed(best / 1e9, 2) + " GB/s", "",
                      "STREAM triad over 3 x " + format_bytes(elements * sizeof(double)) + ", " +
                          std::to_string(threads) + " threads, best of " + std::to_string(repeat) + " runs of " +
                          run_length(quick));
@@ -131,11 +129,11 @@ CheckResult measure_memory(bool quick, Deadline deadline) {
 
 double value_of(const CheckResult& result) { return std::strtod(result.value.c_str(), nullptr); }
 
-void grade_kind(std::vector<CheckResult>& all, const std::string& check, double threshold_pct) {
+void grade_kind(std::vector<CheckResult>& all, const CheckInfo& check, double threshold_pct) {
   std::vector<CheckResult*> rows;
   std::vector<double> values;
   for (CheckResult& result : all) {
-    if (result.check == check && result.status == Status::Ok && value_of(result) > 0) {
+    if (result.check == check.name && result.status == Status::Ok && value_of(result) > 0) {
       rows.push_back(&result);
       values.push_back(value_of(result));
     }
@@ -169,8 +167,8 @@ std::vector<CheckResult> measure_node_speed(bool quick, std::chrono::millisecond
 }
 
 void grade_node_speeds(std::vector<CheckResult>& all, double threshold_pct) {
-  grade_kind(all, kCompute, threshold_pct);
-  grade_kind(all, kMemory, threshold_pct);
+  grade_kind(all, checks::kNodeCompute, threshold_pct);
+  grade_kind(all, checks::kNodeMemoryBw, threshold_pct);
 }
 
 }  // namespace ddp::doctor

@@ -58,16 +58,16 @@ NodeCheckRequest node_request(const DoctorRun& run) {
   return request;
 }
 
-bool passed(const std::vector<CheckResult>& results, const std::string& check) {
+bool passed(const std::vector<CheckResult>& results, const CheckInfo& check) {
   for (const auto& r : results) {
-    if (r.check == check) return r.status != Status::Fail && r.status != Status::Skip;
+    if (r.check == check.name) return r.status != Status::Fail && r.status != Status::Skip;
   }
   return false;
 }
 
-bool failed(const std::vector<CheckResult>& results, const std::string& check) {
+bool failed(const std::vector<CheckResult>& results, const CheckInfo& check) {
   for (const auto& r : results) {
-    if (r.check == check) return r.status == Status::Fail;
+    if (r.check == check.name) return r.status == Status::Fail;
   }
   return false;
 }
@@ -79,20 +79,20 @@ CheckResult write_bandwidth(const DoctorRun& run, const std::string& dir) {
     return grade_write_bandwidth(measure_write(dir, bytes, time_budget(run.options).disk_write),
                                  run.options.thresholds.min_disk_mbps);
   } catch (const std::exception& e) {
-    return make_result("storage.write_bw", Status::Fail, "failed", "", e.what());
+    return make_result(checks::kStorageWriteBw, Status::Fail, "failed", "", e.what());
   }
 }
 
 std::vector<CheckResult> data_dir_checks(const std::string& dir) {
   DIR* listing = opendir(dir.c_str());
   if (listing == nullptr) {
-    return {make_result("data.dir", Status::Fail, "unreadable", "readable directory",
+    return {make_result(checks::kDataDir, Status::Fail, "unreadable", "readable directory",
                         quote(dir) + ": " + std::strerror(errno) + "; pass the directory the training reads")};
   }
   closedir(listing);
   CheckResult device = check_storage_device(dir);
-  device.check = "data.device";
-  return {make_result("data.dir", Status::Ok, "readable", "readable directory", dir), device};
+  device.check = checks::kDataDevice.name;
+  return {make_result(checks::kDataDir, Status::Ok, "readable", "readable directory", dir), device};
 }
 
 std::vector<CheckResult> gpu_driver_checks(const DoctorRun& run) {
@@ -106,11 +106,11 @@ std::vector<CheckResult> node_leader_checks(const DoctorRun& run) {
   std::vector<CheckResult> results = container_checks(run.env, request.snapshot_dir);
   // The storage checks would create a missing directory: in a container that does not mount it, on the
   // container's own file system.
-  if (failed(results, "container.snapshot_dir")) request.snapshot_dir.clear();
+  if (failed(results, checks::kContainerSnapshotDir)) request.snapshot_dir.clear();
   append(results, run_node_checks(request));
   append(results, gpu_driver_checks(run));
   if (run.topology_checks) append(results, run.topology_checks(run.env));
-  if (passed(results, "storage.dir")) results.push_back(write_bandwidth(run, request.snapshot_dir));
+  if (passed(results, checks::kStorageDir)) results.push_back(write_bandwidth(run, request.snapshot_dir));
   if (run.options.data_dir) append(results, data_dir_checks(*run.options.data_dir));
   append(results, measure_node_speed(run.options.quick, time_budget(run.options).node_speed));
   return results;
@@ -120,26 +120,26 @@ bool is_loopback(const std::string& ip) { return ip.rfind("127.", 0) == 0 || ip 
 
 // Rank 0 checks that MASTER_ADDR is its own node and that every node can use it.
 std::vector<CheckResult> rendezvous_check(const std::string& master_ip, const std::vector<Peer>& peers) {
-  if (master_ip.empty()) return {skipped("net.rendezvous", "MASTER_ADDR is unknown or does not resolve")};
+  if (master_ip.empty()) return {skipped(checks::kRendezvous, "MASTER_ADDR is unknown or does not resolve")};
   std::set<std::string> host_names;
   for (const auto& peer : peers) host_names.insert(peer.host);
   const size_t hosts = host_names.size();
   if (is_loopback(master_ip) && hosts > 1) {
-    return {make_result("net.rendezvous", Status::Fail, master_ip, "rank 0's routable address",
+    return {make_result(checks::kRendezvous, Status::Fail, master_ip, "rank 0's routable address",
                         "MASTER_ADDR resolves to a loopback address but the ranks run on " + std::to_string(hosts) +
                             " hosts: fix the hostname's line in /etc/hosts (Debian maps it to 127.0.1.1) or DNS")};
   }
   // Every 127.x address is this node's, though only 127.0.0.1 is listed on lo.
   if (!is_loopback(master_ip) && !is_local_address(master_ip)) {
-    return {make_result("net.rendezvous", Status::Warn, master_ip, "an address of rank 0's node",
+    return {make_result(checks::kRendezvous, Status::Warn, master_ip, "an address of rank 0's node",
                         "MASTER_ADDR is not an address of rank 0's node: PyTorch's store listens on rank 0, so the "
                         "others reach it only through forwarding; srun --ddp sets it to the step's first node")};
   }
-  return {make_result("net.rendezvous", Status::Ok, master_ip, "an address of rank 0's node")};
+  return {make_result(checks::kRendezvous, Status::Ok, master_ip, "an address of rank 0's node")};
 }
 
 CheckResult clock_offset(Group& group, const DoctorRun& run, Deadline deadline) {
-  if (group.rank() == 0) return make_result("clock.offset", Status::Ok, "0 (reference)", "", "rank 0's clock");
+  if (group.rank() == 0) return make_result(checks::kClockOffset, Status::Ok, "0 (reference)", "", "rank 0's clock");
   const auto& thresholds = run.options.thresholds;
   return grade_clock_offset(offset_from_rank0(*group.store(), kClockRounds, deadline), thresholds.max_clock_ms,
                             thresholds.fail_clock_s);
@@ -153,8 +153,8 @@ void cross_checks(Group& group, const DoctorRun& run, std::vector<CheckResult>& 
   me.rank = group.rank();
   me.host = run.host;
   me.leader = is_leader(run);
-  me.storage_ok = passed(mine, "storage.dir");
-  if (passed(network.results, "net.interface")) me.data_address = network.info.addresses.front();
+  me.storage_ok = passed(mine, checks::kStorageDir);
+  if (passed(network.results, checks::kInterface)) me.data_address = network.info.addresses.front();
   const std::vector<Peer> peers = exchange_peers(group, me, checks_done);
 
   std::vector<CheckResult> own;
@@ -229,7 +229,7 @@ Outcome run_doctor(Group& group, const DoctorRun& run, std::vector<CheckResult> 
     outcome.report.results = std::move(all);
   } catch (const std::exception& e) {
     // Mostly a lost or late rank (ExchangeError); anything else is reported the same way rather than crashing.
-    std::vector<CheckResult> lost{make_result("exchange", Status::Fail, "stopped", "", e.what())};
+    std::vector<CheckResult> lost{make_result(checks::kExchange, Status::Fail, "stopped", "", e.what())};
     append(mine, stamp(lost, run.launch.rank, run.host));
     outcome.report.results = std::move(mine);
     outcome.print = true;
@@ -243,7 +243,7 @@ Outcome run_unconnected(const DoctorRun& run, const std::string& reason) {
   outcome.report.launcher = "tcp " + host_port(run.launch.master_addr, run.launch.master_port);
   outcome.report.world_size = run.launch.world_size;
   std::vector<CheckResult> results = local_checks(run);
-  std::vector<CheckResult> failure{make_result("net.master_port", Status::Fail, "unreachable", "reachable", reason)};
+  std::vector<CheckResult> failure{make_result(checks::kMasterPort, Status::Fail, "unreachable", "reachable", reason)};
   append(results, stamp(failure, run.launch.rank, run.host));
   outcome.report.results = std::move(results);
   outcome.print = true;

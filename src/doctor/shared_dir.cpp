@@ -87,14 +87,14 @@ CheckResult grade_shared(const std::string& dir, const std::vector<int>& missing
   const std::string threshold = "all nodes' tokens";
   const std::string value =
       std::to_string(others.size() - missing.size()) + " of " + std::to_string(others.size()) + " other node(s)";
-  if (missing.empty()) return make_result("storage.shared", Status::Ok, value, threshold, dir);
+  if (missing.empty()) return make_result(checks::kStorageShared, Status::Ok, value, threshold, dir);
   std::string unseen;
   for (const auto& peer : others) {
     if (std::find(missing.begin(), missing.end(), peer.rank) != missing.end()) {
       unseen += (unseen.empty() ? "" : ", ") + describe(peer);
     }
   }
-  return make_result("storage.shared", Status::Fail, value, threshold,
+  return make_result(checks::kStorageShared, Status::Fail, value, threshold,
                      "files written by " + unseen + " do not appear in " + quote(dir) +
                          ": it is not the same directory on every node (a node-local disk or tmpfs?); put "
                          "DDP_SNAPSHOT_DIR on storage all nodes share, or a restarted job will not find its snapshots");
@@ -125,14 +125,15 @@ std::vector<CheckResult> check_shared_dir(Group& group, const std::vector<Peer>&
       others.push_back(peer);
       other_ranks.push_back(peer.rank);
     }
-    results.push_back(write_error.empty()
-                          ? grade_shared(dir, missing_tokens(dir, nonce, other_ranks, kTokenPatience), others)
-                          : make_result("storage.shared", Status::Fail, "no token", "all nodes' tokens", write_error));
+    results.push_back(
+        write_error.empty()
+            ? grade_shared(dir, missing_tokens(dir, nonce, other_ranks, kTokenPatience), others)
+            : make_result(checks::kStorageShared, Status::Fail, "no token", "all nodes' tokens", write_error));
     results.back().rank = me->rank;
     results.back().host = me->host;
   }
   if (group.rank() == 0 && sharing.size() < 2) {
-    results.push_back(skipped("storage.shared", "fewer than two nodes with a usable snapshot directory"));
+    results.push_back(skipped(checks::kStorageShared, "fewer than two nodes with a usable snapshot directory"));
   }
   // Everyone has looked before anyone removes a token.
   group.barrier("tokens read", deadline);

@@ -79,7 +79,7 @@ std::string rotational(const std::string& sysfs_root, dev_t device, std::string&
 }  // namespace
 
 CheckResult check_snapshot_dir(const std::string& dir) {
-  const std::string check = "storage.dir";
+  const CheckInfo& check = checks::kStorageDir;
   const std::string rules = "the snapshot directory rules";
   // The runtime would create a missing directory; the doctor reports it instead, since on a node where the shared
   // file system is not mounted, creating it would hide exactly that.
@@ -127,21 +127,21 @@ CheckResult grade_free_space(uint64_t free_bytes, uint64_t snapshot_bytes) {
           ? ""
           : "room for " + format_fixed(snapshots, 1) + " snapshot(s) of " + format_bytes(snapshot_bytes) +
                 ": free space, choose a bigger file system, or tell --snapshot-size the real size";
-  return make_result("storage.free", status, format_bytes(free_bytes) + " free",
+  return make_result(checks::kStorageFree, status, format_bytes(free_bytes) + " free",
                      ">= 2 x " + format_bytes(snapshot_bytes), detail);
 }
 
 CheckResult check_free_space(const std::string& dir, uint64_t snapshot_bytes) {
   struct statvfs info = {};
   if (statvfs(dir.c_str(), &info) != 0) {
-    return make_result("storage.free", Status::Fail, "unknown", "",
+    return make_result(checks::kStorageFree, Status::Fail, "unknown", "",
                        "statvfs " + quote(dir) + ": " + std::strerror(errno));
   }
   return grade_free_space(static_cast<uint64_t>(info.f_bavail) * info.f_frsize, snapshot_bytes);
 }
 
 CheckResult check_storage_device(const std::string& dir, const std::string& sysfs_root) {
-  const std::string check = "storage.device";
+  const CheckInfo& check = checks::kStorageDevice;
   struct statfs fs = {};
   struct stat info = {};
   if (statfs(dir.c_str(), &fs) != 0 || stat(dir.c_str(), &info) != 0) {
@@ -199,7 +199,7 @@ WriteMeasurement measure_write(const std::string& dir, uint64_t bytes, std::chro
 CheckResult grade_write_bandwidth(const WriteMeasurement& measurement, double min_mbytes_per_second) {
   const double rate = measurement.seconds > 0 ? static_cast<double>(measurement.bytes) / measurement.seconds : 0;
   const Status status = grade_at_least(rate / 1e6, min_mbytes_per_second, 0);
-  return make_result("storage.write_bw", status, format_mbytes(rate),
+  return make_result(checks::kStorageWriteBw, status, format_mbytes(rate),
                      ">= " + format_fixed(min_mbytes_per_second, 0) + " MB/s",
                      format_bytes(measurement.bytes) + " with fsync in " + format_seconds(measurement.seconds) +
                          (status == Status::Ok ? "" : "; snapshots will stall training: use faster storage"));

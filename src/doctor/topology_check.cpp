@@ -39,7 +39,7 @@ std::string task_line(const NodeHardware& hardware, const TaskPlacement& task, s
 }  // namespace
 
 CheckResult check_gpu_nic_closeness(const NodeHardware& hardware) {
-  const std::string check = "topo.gpu_nic";
+  const CheckInfo& check = checks::kTopoGpuNic;
   if (hardware.gpus.empty()) return skipped(check, "no GPU in the topology");
   std::string across;
   size_t far = 0;
@@ -69,9 +69,10 @@ CheckResult describe_plan(const NodeHardware& hardware, const PlanRequest& reque
     for (size_t rank = 0; rank < plan.tasks.size(); ++rank) {
       detail += (rank ? "; " : "") + task_line(hardware, plan.tasks[rank], rank);
     }
-    return make_result("topo.plan", Status::Ok, std::to_string(request.tasks) + " task(s): " + plan.rule, "", detail);
+    return make_result(checks::kTopoPlan, Status::Ok, std::to_string(request.tasks) + " task(s): " + plan.rule, "",
+                       detail);
   } catch (const std::exception& e) {
-    return make_result("topo.plan", Status::Warn, "no plan", "", e.what());
+    return make_result(checks::kTopoPlan, Status::Warn, "no plan", "", e.what());
   }
 }
 
@@ -80,7 +81,7 @@ std::vector<CheckResult> topology_checks(const EnvLookup& env) {
   try {
     hardware = load_node_hardware();
   } catch (const std::exception& e) {
-    return {make_result("topo.plan", Status::Warn, "no topology", "", e.what())};
+    return {make_result(checks::kTopoPlan, Status::Warn, "no topology", "", e.what())};
   }
   PlanRequest request;
   if (const auto tasks = env("LOCAL_WORLD_SIZE")) {
@@ -90,7 +91,7 @@ std::vector<CheckResult> topology_checks(const EnvLookup& env) {
     // Only Slurm's own numbering: under srun --ddp the plugin has already rewritten CUDA_VISIBLE_DEVICES.
     request.gpus = gpu_allocation_from_slurm(env("SLURM_STEP_GPUS"), std::nullopt);
   } catch (const std::exception& e) {
-    return {check_gpu_nic_closeness(hardware), make_result("topo.plan", Status::Warn, "no plan", "", e.what())};
+    return {check_gpu_nic_closeness(hardware), make_result(checks::kTopoPlan, Status::Warn, "no plan", "", e.what())};
   }
   return {check_gpu_nic_closeness(hardware), describe_plan(hardware, request)};
 }

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "container.hpp"
+#include "doctor/catalogue.hpp"
 #include "doctor/gloo.hpp"
 #include "doctor/session.hpp"
 #include "doctor/topology_check.hpp"
@@ -58,6 +59,10 @@ int main(int argc, char** argv) {
     run.options = parse_doctor_options(std::vector<std::string>(argv + 1, argv + argc));
     if (run.options.help) {
       std::cout << doctor_usage(run.options, run.backends.size());
+      return 0;
+    }
+    if (run.options.list_checks) {
+      std::cout << catalogue_text();
       return 0;
     }
     run.env = environment(run.options);

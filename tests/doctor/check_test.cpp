@@ -21,9 +21,12 @@ TEST(Grades, AtLeastAndAtMostAtTheirBoundaries) {
 }
 
 TEST(Grades, WorstIgnoresSkips) {
-  EXPECT_EQ(worst({skipped("a", "why"), make_result("b", Status::Ok, "")}), Status::Ok);
-  EXPECT_EQ(worst({make_result("a", Status::Warn, ""), make_result("b", Status::Ok, "")}), Status::Warn);
-  EXPECT_EQ(worst({make_result("a", Status::Fail, ""), make_result("b", Status::Warn, "")}), Status::Fail);
+  EXPECT_EQ(worst({skipped(checks::kCpuCores, "why"), make_result(checks::kOmpThreads, Status::Ok, "")}), Status::Ok);
+  EXPECT_EQ(worst({make_result(checks::kCpuCores, Status::Warn, ""), make_result(checks::kOmpThreads, Status::Ok, "")}),
+            Status::Warn);
+  EXPECT_EQ(
+      worst({make_result(checks::kCpuCores, Status::Fail, ""), make_result(checks::kOmpThreads, Status::Warn, "")}),
+      Status::Fail);
 }
 
 TEST(Units, BytesRatesAndDurations) {
@@ -60,7 +63,7 @@ TEST(BusBandwidth, ExpectedSumMatchesTheFillValues) {
 
 TEST(BusBandwidth, GradedRowsShowFiguresAndFailOnWrongSums) {
   const std::vector<AllreduceTiming> timings{{1u << 20, 0.001, true}, {4u << 20, 0.002, false}};
-  const auto rows = grade_allreduce("gloo", timings, 4, {{}, {"rank 3"}});
+  const auto rows = grade_allreduce(checks::kAllreduceGloo, timings, 4, {{}, {"rank 3"}});
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].check, "allreduce.gloo");
   EXPECT_EQ(rows[0].status, Status::Ok);

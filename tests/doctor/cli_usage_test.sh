@@ -37,4 +37,11 @@ grep -q '"check":"container.runtime"' "$WORK/out" || fail "no container.runtime 
 "$DOCTOR" --help >"$WORK/help"
 grep -q "^usage: srun --ddp" "$WORK/help" || fail "--help does not start with the usage"
 grep -q -- "--snapshot-dir DIR" "$WORK/help" || fail "--help does not list --snapshot-dir"
+grep -q -- "--list-checks" "$WORK/help" || fail "--help does not list --list-checks"
+
+# The catalogue of checks: docs/doctor-checks.md holds the table --list-checks prints.
+"$DOCTOR" --list-checks >"$WORK/checks"
+sed -n '/^```text$/,/^```$/p' "$(dirname "$0")/../../docs/doctor-checks.md" | sed '1d;$d' >"$WORK/documented"
+diff -u "$WORK/documented" "$WORK/checks" >&2 ||
+  fail "docs/doctor-checks.md differs from ddp-doctor --list-checks: paste the new table into it"
 echo "usage errors: OK"

@@ -45,11 +45,18 @@ wait_ranks() {
 rc_of() { cat "$WORK/$1.rc"; }
 
 # check_report FILE PYTHON: runs PYTHON with `report` (the parsed JSON) and helpers `rows(check, rank=ANY)` and
-# `row(check, rank)` (exactly one), failing the test on an AssertionError.
+# `row(check, rank)` (exactly one), failing the test on an AssertionError. Every row's check must be one that
+# `ddp-doctor --list-checks` lists.
 check_report() {
-  python3 - "$1" "$2" <<'PY'
+  local catalogue
+  catalogue=$("${DOCTOR:?}" --list-checks | awk 'NR > 1 { print $1 }')
+  [ -n "$catalogue" ] || fail "ddp-doctor --list-checks listed no check"
+  python3 - "$1" "$2" "$catalogue" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
+unlisted = sorted({r["check"] for r in report["results"]} - set(sys.argv[3].split()))
+if unlisted:
+    sys.exit(f"checks reported but not in ddp-doctor --list-checks: {unlisted}")
 ANY = object()
 def rows(check, rank=ANY):
     return [r for r in report["results"] if r["check"] == check and (rank is ANY or r["rank"] == rank)]

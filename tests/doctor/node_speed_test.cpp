@@ -7,7 +7,7 @@
 namespace ddp::doctor {
 namespace {
 
-CheckResult row(const std::string& check, const std::string& value, int rank) {
+CheckResult row(const CheckInfo& check, const std::string& value, int rank) {
   CheckResult result = make_result(check, Status::Ok, value, "", "measured");
   result.rank = rank;
   result.host = "node" + std::to_string(rank + 1);
@@ -42,10 +42,13 @@ TEST(NodeSpeed, RepeatsStopAtTheBudgetAfterTheFirstRun) {
 }
 
 TEST(NodeSpeed, NodesBelowTheMedianByMoreThanTheThresholdWarn) {
-  std::vector<CheckResult> all{row("node.compute", "100.0 GFLOP/s", 0), row("node.compute", "98.0 GFLOP/s", 1),
-                               row("node.compute", "70.0 GFLOP/s", 2),  row("node.compute", "81.0 GFLOP/s", 3),
-                               row("node.memory_bw", "10.00 GB/s", 0),  row("node.memory_bw", "9.50 GB/s", 1),
-                               row("net.interface", "eth0", 0)};
+  std::vector<CheckResult> all{row(checks::kNodeCompute, "100.0 GFLOP/s", 0),
+                               row(checks::kNodeCompute, "98.0 GFLOP/s", 1),
+                               row(checks::kNodeCompute, "70.0 GFLOP/s", 2),
+                               row(checks::kNodeCompute, "81.0 GFLOP/s", 3),
+                               row(checks::kNodeMemoryBw, "10.00 GB/s", 0),
+                               row(checks::kNodeMemoryBw, "9.50 GB/s", 1),
+                               row(checks::kInterface, "eth0", 0)};
   grade_node_speeds(all, 20);
   // Median of 70, 81, 98, 100 is 89.5: 70 is 22% below it, 81 is 9.5% below.
   EXPECT_EQ(all[0].status, Status::Ok);
@@ -61,7 +64,7 @@ TEST(NodeSpeed, NodesBelowTheMedianByMoreThanTheThresholdWarn) {
 }
 
 TEST(NodeSpeed, OneNodeHasNothingToCompareWith) {
-  std::vector<CheckResult> all{row("node.compute", "5.0 GFLOP/s", 0)};
+  std::vector<CheckResult> all{row(checks::kNodeCompute, "5.0 GFLOP/s", 0)};
   grade_node_speeds(all, 20);
   EXPECT_EQ(all[0].status, Status::Ok);
   EXPECT_EQ(all[0].detail, "measured");

@@ -14,7 +14,7 @@ namespace {
 
 using testing::contains;
 
-CheckResult row(const std::string& host, int rank, const std::string& check, Status status, const std::string& value,
+CheckResult row(const std::string& host, int rank, const CheckInfo& check, Status status, const std::string& value,
                 const std::string& threshold, const std::string& detail) {
   CheckResult r = make_result(check, status, value, threshold, detail);
   r.host = host;
@@ -27,10 +27,11 @@ Report sample() {
   report.launcher = "tcp 10.0.0.1:29500";
   report.world_size = 2;
   report.results = {
-      make_result("allreduce.gloo", Status::Ok, "busbw 1.00 GB/s @ 1 MiB", "sum correct"),
-      row("node2", 1, "net.p2p_bw", Status::Warn, "1.00 Gbit/s to rank 0 (node1)", ">= 10 Gbit/s", "slow"),
-      row("node1", 0, "storage.shared", Status::Fail, "0 of 1 other node(s)", "all nodes' tokens", "not \"shared\""),
-      row("node1", 0, "gpu.driver", Status::Skip, "-", "", "no GPU"),
+      make_result(checks::kAllreduceGloo, Status::Ok, "busbw 1.00 GB/s @ 1 MiB", "sum correct"),
+      row("node2", 1, checks::kLinkBandwidth, Status::Warn, "1.00 Gbit/s to rank 0 (node1)", ">= 10 Gbit/s", "slow"),
+      row("node1", 0, checks::kStorageShared, Status::Fail, "0 of 1 other node(s)", "all nodes' tokens",
+          "not \"shared\""),
+      row("node1", 0, checks::kGpuDriver, Status::Skip, "-", "", "no GPU"),
   };
   return report;
 }
@@ -81,7 +82,7 @@ TEST(Report, JsonCarriesEveryFieldEscaped) {
 // Peer strings were printed raw, so a peer could send terminal escapes to rank 0's terminal.
 TEST(Report, TableShowsControlCharactersOfPeersAsText) {
   Report report;
-  CheckResult row = make_result("net.rendezvous", Status::Ok, "up\x1b]0;owned\x07", "", "line\nbreak");
+  CheckResult row = make_result(checks::kRendezvous, Status::Ok, "up\x1b]0;owned\x07", "", "line\nbreak");
   row.host = "node\x1b[2J";
   row.rank = 1;
   report.results = {row};
@@ -94,8 +95,12 @@ TEST(Report, TableShowsControlCharactersOfPeersAsText) {
 }
 
 TEST(Report, ExitStatusFailsOnlyOnFail) {
-  EXPECT_EQ(exit_status({make_result("a", Status::Ok, ""), make_result("b", Status::Warn, ""), skipped("c", "")}), 0);
-  EXPECT_EQ(exit_status({make_result("a", Status::Ok, ""), make_result("b", Status::Fail, "")}), 1);
+  EXPECT_EQ(exit_status({make_result(checks::kCpuCores, Status::Ok, ""),
+                         make_result(checks::kOmpThreads, Status::Warn, ""), skipped(checks::kGpuVisible, "")}),
+            0);
+  EXPECT_EQ(
+      exit_status({make_result(checks::kCpuCores, Status::Ok, ""), make_result(checks::kOmpThreads, Status::Fail, "")}),
+      1);
   EXPECT_EQ(exit_status({}), 0);
 }
 

@@ -64,7 +64,8 @@ TEST(WireAttack, ResultCountsAndLengthsBeyondTheMessageAreRefused) {
 }
 
 TEST(WireAttack, PeerTextReachesTheReportWithoutTerminalEscapesAndCutToMaxField) {
-  CheckResult evil = make_result("net.p2p_bw", Status::Ok, "\x1b]0;owned\x07 9 Gbit/s", "", std::string(1 << 20, 'x'));
+  CheckResult evil =
+      make_result(checks::kLinkBandwidth, Status::Ok, "\x1b]0;owned\x07 9 Gbit/s", "", std::string(1 << 20, 'x'));
   evil.host =
       "node\x1b[2J\x9b"
       "1";
@@ -85,7 +86,7 @@ TEST(WireAttack, PeerTextReachesTheReportWithoutTerminalEscapesAndCutToMaxField)
 TEST(WireAttack, OneLongFieldDoesNotPadEveryRowOfTheReport) {
   Report report;
   for (int rank = 0; rank < 200; ++rank) {
-    CheckResult row = make_result("cpu.cores", Status::Ok, "2 core(s)", "", "detail");
+    CheckResult row = make_result(checks::kCpuCores, Status::Ok, "2 core(s)", "", "detail");
     row.rank = rank;
     row.host = "node";
     report.results.push_back(row);

@@ -25,6 +25,7 @@
 #include "ddp_runtime/snapshot.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
 #include "error.hpp"
+#include "test_common.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {
