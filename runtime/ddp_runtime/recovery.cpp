@@ -27,6 +27,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr char kStandbyProofKey[] = "ddp-train/standby-proof";
+constexpr char kGroupEnded[] = "ddp-train group ended";
 constexpr milliseconds kPoll{10};
 
 std::atomic<int> releasing{0};
@@ -50,44 +51,6 @@ std::pair<std::string, uint16_t> split_endpoint(const std::string& endpoint) {
   const std::size_t space = endpoint.rfind(' ');
   if (space == std::string::npos) return {endpoint, 0};
   return {endpoint.substr(0, space), static_cast<uint16_t>(std::stoi(endpoint.substr(space + 1)))};
-}
-
-c10d::TCPStoreOptions client_options(uint16_t port, milliseconds timeout) {
-  c10d::TCPStoreOptions options;
-  options.port = port;
-  options.isServer = false;
-  options.waitWorkers = false;
-  options.timeout = timeout;
-  return options;
-}
-
-// Connects to a standby store and reads its proof within `wait`. The TCPStore client may wait without a deadline
-// for its first answer (LibTorch 2.x), so it runs on a thread of its own, left behind at the deadline.
-compat::StorePtr connect_verified(const std::string& host, uint16_t port, const std::string& proof, milliseconds wait) {
-  struct Attempt {
-    std::mutex mutex;
-    std::condition_variable done_changed;
-    bool done = false;
-    compat::StorePtr store;
-  };
-  auto attempt = std::make_shared<Attempt>();
-  std::thread([attempt, host, port, proof, wait] {
-    compat::StorePtr store;
-    try {
-      store = compat::make_tcp_store(host, client_options(port, wait));
-      store->setTimeout(wait);
-      if (text(store->get(kStandbyProofKey)) != proof) store.reset();
-    } catch (const std::exception&) {
-      store.reset();
-    }
-    std::lock_guard<std::mutex> lock(attempt->mutex);
-    attempt->store = std::move(store);
-    attempt->done = true;
-    attempt->done_changed.notify_all();
-  }).detach();
-  std::unique_lock<std::mutex> lock(attempt->mutex);
-  if (!attempt->done_changed.wait_for(lock, wait + milliseconds(500), [&] { return attempt->done; })) return {};
-  return attempt->store;
 }
 
 bool refused(std::string reason) {
@@ -265,8 +228,8 @@ Recovery::Probe Recovery::probe(const Member& member, milliseconds wait) const {
   } catch (const NetError& e) {
     return {refused(e.what()) ? Probe::Dead : Probe::Silent, {}};
   }
-  const compat::StorePtr store =
-      connect_verified(host, port, standby_proof(launch_, settings_.run_id, member.identity.standby), wait);
+  const compat::StorePtr store = connect_proven(
+      host, port, kStandbyProofKey, standby_proof(launch_, settings_.run_id, member.identity.standby), wait);
   if (!store) return {Probe::Silent, {}};
   store->setTimeout(settings_.timeout);
   return {Probe::Answered, c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), store)};
@@ -476,7 +439,15 @@ std::string Recovery::group_file() const {
   return text;
 }
 
+std::string Recovery::ended_group_file() { return std::string(kGroupEnded) + "\n"; }
+
 namespace {
+
+bool group_ended(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  return std::getline(in, line) && line == kGroupEnded;
+}
 
 // The group file's members, in rank order: id and standby endpoint. Empty when it does not exist or does not parse.
 std::vector<std::pair<int, std::string>> read_group_file(const std::string& path) {
@@ -503,6 +474,10 @@ Regrouped Recovery::join(const std::string& group_file_path, const std::function
   const auto deadline = start + 2 * settings_.timeout;
   std::string why = "no group file " + group_file_path + " (is the run going, with the same --snapshot-dir?)";
   while (Clock::now() < deadline) {
+    if (group_ended(group_file_path)) {
+      throw std::runtime_error("this replacement could not join the run: it has ended (" + group_file_path +
+                               " says so)");
+    }
     const auto members = read_group_file(group_file_path);
     if (!members.empty()) {
       // The current rank 0 admits replacements; a rank 0 that does not answer is being replaced itself, and the

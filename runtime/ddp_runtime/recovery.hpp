@@ -137,7 +137,8 @@ class Recovery {
 
   // A replacement: reads the group file at `group_file`, asks the current rank 0 to join and waits, within
   // --timeout, to be admitted; then, like regroup(), puts the new generation's group into `dist`. Throws
-  // std::runtime_error naming what failed (no group file, no rank 0 that answers, not admitted in time).
+  // std::runtime_error naming what failed (no group file, no rank 0 that answers, not admitted in time, the run
+  // ended).
   // `asked` is told once the request is made.
   Regrouped join(const std::string& group_file, const std::function<void(const std::string&)>& asked);
 
@@ -145,6 +146,8 @@ class Recovery {
   bool joins_pending();
   // The group file's text for the current generation, which rank 0 writes.
   std::string group_file() const;
+  // The group file's text once the training has ended: a replacement that reads it gives up at once.
+  static std::string ended_group_file();
 
  private:
   struct Member {

@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -64,45 +65,50 @@ compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& laun
   return under_prefix(launch, store);
 }
 
-compat::StorePtr connect_verified(const Launch& launch, std::chrono::milliseconds wait,
-                                  std::chrono::milliseconds timeout) {
+compat::StorePtr connect_proven(const std::string& host, uint16_t port, const std::string& proof_key,
+                                const std::string& proof, std::chrono::milliseconds wait) {
   struct Attempt {
     std::mutex mutex;
     std::condition_variable done_cv;
     bool done = false;
     compat::StorePtr store;
-    std::string proof;
   };
   c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(launch.master_port);
+  options.port = port;
   options.isServer = false;
   options.waitWorkers = false;
   options.timeout = wait;
   const auto attempt = std::make_shared<Attempt>();
-  std::thread([attempt, host = launch.master_addr, options, wait] {
+  std::thread([attempt, host, options, proof_key, proof, wait] {
     compat::StorePtr store;
-    std::string proof;
     try {
       store = compat::make_tcp_store(host, options);
       store->setTimeout(wait);
-      const std::vector<uint8_t> value = store->get(kStoreProofKey);
-      proof.assign(value.begin(), value.end());
+      const std::vector<uint8_t> value = store->get(proof_key);
+      if (std::string(value.begin(), value.end()) != proof) store.reset();
     } catch (const std::exception&) {
-      proof.clear();
+      store.reset();
     }
     const std::lock_guard<std::mutex> lock(attempt->mutex);
     attempt->store = std::move(store);
-    attempt->proof = std::move(proof);
     attempt->done = true;
     attempt->done_cv.notify_all();
   }).detach();
   std::unique_lock<std::mutex> lock(attempt->mutex);
-  // The client's own timeouts come first; this bound is for the wait that has none (LibTorch 2.6's client waits
-  // without a deadline for the answer to its first message).
-  if (!attempt->done_cv.wait_for(lock, wait + std::chrono::seconds(2), [&] { return attempt->done; })) return {};
-  if (!attempt->store || attempt->proof != store_proof(launch)) return {};
-  attempt->store->setTimeout(timeout);
-  return under_prefix(launch, attempt->store);
+  // The client's own timeouts come first; this bound is for the wait that has none. Half the wait, at most 2 s, on
+  // top: a probe of 1 s during a recovery gives up after 1.5 s.
+  const auto slack = std::min<std::chrono::milliseconds>(wait / 2, std::chrono::seconds(2));
+  if (!attempt->done_cv.wait_for(lock, wait + slack, [&] { return attempt->done; })) return {};
+  return attempt->store;
+}
+
+compat::StorePtr connect_verified(const Launch& launch, std::chrono::milliseconds wait,
+                                  std::chrono::milliseconds timeout) {
+  compat::StorePtr store = connect_proven(launch.master_addr, static_cast<uint16_t>(launch.master_port), kStoreProofKey,
+                                          store_proof(launch), wait);
+  if (!store) return {};
+  store->setTimeout(timeout);
+  return under_prefix(launch, std::move(store));
 }
 
 }  // namespace ddp::runtime

@@ -39,6 +39,13 @@ std::string store_key_prefix(const Launch& launch);
 // the key prefix.
 compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& launch);
 
+// Connects to the store at host:port as a client and reads `proof_key` within `wait` (a listener that never answers
+// does not hold this rank longer: the client runs on a thread of its own, left behind at the deadline, since the
+// TCPStore client of LibTorch 2.x may wait without a deadline for its first answer). Returns the store when the value
+// is `proof`, else null.
+compat::StorePtr connect_proven(const std::string& host, uint16_t port, const std::string& proof_key,
+                                const std::string& proof, std::chrono::milliseconds wait);
+
 // Connects to rank 0's store as a client and reads its proof within `wait` (a listener that never answers does not
 // hold this rank longer: the client runs on a thread of its own, left behind at the deadline). Returns the store
 // under the key prefix with `timeout` for later calls, or null when the store did not prove itself in time.

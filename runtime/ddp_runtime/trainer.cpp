@@ -621,6 +621,13 @@ void Trainer::finish() {
   if (model_.write_torchscript(options_.output_script)) {
     console_.line("TorchScript model saved at " + options_.output_script);
   }
+  if (recovery_ != nullptr) {
+    try {
+      store_->write_file(group_file_name(options_.run_id), Recovery::ended_group_file());
+    } catch (const std::exception& e) {
+      console_.warn("the group file was not marked as ended: " + error_message(e));
+    }
+  }
 }
 
 void Trainer::build_ddp() {

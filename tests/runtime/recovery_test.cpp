@@ -182,6 +182,23 @@ TEST(RecoverInPlace, AReplacementKilledWhileItIsTakenInIsLeftBehind) {
   EXPECT_TRUE(contains(output, "); 2 ranks went on from step ")) << output;
 }
 
+// A replacement that starts after the run has ended (its step was late) is told so at once, not after waiting twice
+// the timeout for a rank 0 that is gone (which ends with "did not answer").
+TEST(RecoverInPlace, AReplacementStartedAfterTheRunEndedIsToldSoAtOnce) {
+  const std::string dir = testing::make_temp_dir();
+  for (const auto& rank : testing::run_ranks(2, recovering_run(dir, {"2", "0"}), dir)) {
+    ASSERT_EQ(rank.status, 0) << rank.output;
+  }
+  std::vector<std::string> replacement = recovering_run(dir, {"2", "0"});
+  replacement.push_back("--join");
+  Ranks late;
+  late.processes.push_back(testing::spawn(replacement, {}, dir + "/replacement.log"));
+  EXPECT_EQ(testing::wait_at_most(late[0], std::chrono::seconds(60)), 1);
+  const std::string output = testing::read_text(dir + "/replacement.log");
+  EXPECT_TRUE(contains(output, "this replacement could not join the run: it has ended (" + dir + "/.ddp-group-"))
+      << output;
+}
+
 // With --min-ranks 3, losing one of 3 ranks leaves too few: the rank with the newest state writes a snapshot of it
 // and all end; the same command started again resumes from it and ends with the model an uninterrupted run ends
 // with, bit for bit.
