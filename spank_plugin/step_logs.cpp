@@ -8,6 +8,7 @@
 
 #include "child_process.hpp"
 #include "dispatch.h"
+#include "env_names.hpp"
 #include "error.hpp"
 #include "failure_report.hpp"
 #include "mount_view.hpp"
@@ -23,7 +24,7 @@ namespace ddp::spank {
 void prepare_failure_reporting(const StepPlan& plan, const TaskInfo& task, TaskEnv& env,
                                const ContainerView* container) {
   const auto base = ddp::log_base(env.user_value(ddp::kLogDirVariable), plan.step.home);
-  const std::string run_id = env.value("TORCHELASTIC_RUN_ID").value_or("");
+  const std::string run_id = env.value(ddp::vars::kRunId).value_or("");
   std::optional<std::string> dir;
   if (base) {
     try {

@@ -17,6 +17,7 @@
 
 #include "container.hpp"
 #include "dispatch.h"
+#include "env_names.hpp"
 #include "error.hpp"
 #include "id_list.hpp"
 #include "netif.hpp"
@@ -100,14 +101,15 @@ ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   step.cpus_per_task = item_u32(sp, S_STEP_CPUS_PER_TASK, "the CPUs per task");
   // Restarts so far: the job's requeues plus the attempts ddp-restart made inside this run of the job.
   step.restart_count = item_u32(sp, S_SLURM_RESTART_COUNT, "the restart count");
-  if (const auto attempt = get_env(sp, "DDP_RESTART_ATTEMPT")) {
-    step.restart_count += static_cast<uint32_t>(ddp::require_uint(*attempt, 0, 1000000, "DDP_RESTART_ATTEMPT"));
+  if (const auto attempt = get_env(sp, ddp::vars::kRestartAttempt)) {
+    step.restart_count += static_cast<uint32_t>(ddp::require_uint(*attempt, 0, 1000000, ddp::vars::kRestartAttempt));
   }
   step.node_list = get_env(sp, "SLURM_STEP_NODELIST").value_or("");
   step.reserved_ports = get_env(sp, "SLURM_STEP_RESV_PORTS").value_or("");
   step.job_key = job_key(sp);
-  if (const auto max_restarts = get_env(sp, "DDP_MAX_RESTARTS")) {
-    step.max_restarts = static_cast<uint32_t>(ddp::require_uint(*max_restarts, 0, 1000000, "DDP_MAX_RESTARTS"));
+  if (const auto max_restarts = get_env(sp, ddp::vars::kMaxRestartsRequest)) {
+    step.max_restarts =
+        static_cast<uint32_t>(ddp::require_uint(*max_restarts, 0, 1000000, ddp::vars::kMaxRestartsRequest));
   }
   step.hostname = ddp::host_name();
   step.user = user_name(sp);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <tuple>
 
+#include "env_names.hpp"
 #include "error.hpp"
 #include "id_list.hpp"
 #include "parse.hpp"
@@ -664,8 +665,8 @@ EnvPairs binding_env(const NodePlan& plan, unsigned local_rank, const std::strin
     env.emplace_back("HIP_VISIBLE_DEVICES", hip);
   }
   if (!socket_interface.empty()) {
-    env.emplace_back("NCCL_SOCKET_IFNAME", socket_interface);
-    env.emplace_back("GLOO_SOCKET_IFNAME", socket_interface);
+    env.emplace_back(vars::kNcclSocketIfname, socket_interface);
+    env.emplace_back(vars::kGlooSocketIfname, socket_interface);
   }
   if (!plan.nccl_ib_hca.empty()) env.emplace_back("NCCL_IB_HCA", plan.nccl_ib_hca);
   if (plan.efa) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <set>
 
+#include "env_names.hpp"
 #include "error.hpp"
 #include "parse.hpp"
 
@@ -160,8 +161,9 @@ std::string every_mount_option() {
 }
 
 const std::vector<std::string>& contract_names() {
-  static const std::vector<std::string> names = {"RANK",      "LOCAL_RANK",  "WORLD_SIZE",  "LOCAL_WORLD_SIZE",
-                                                 "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "DDP_SNAPSHOT_DIR"};
+  static const std::vector<std::string> names = {vars::kRank,           vars::kLocalRank,  vars::kWorldSize,
+                                                 vars::kLocalWorldSize, vars::kNodeRank,   vars::kMasterAddr,
+                                                 vars::kMasterPort,     vars::kSnapshotDir};
   return names;
 }
 
@@ -242,7 +244,7 @@ void require_prepared_dir(const std::string& dir, const EnvLookup& env) {
   const auto text = env(kContractVariable);
   if (!text) return;
   for (const auto& [name, value] : decode_contract(*text)) {
-    if (name != "DDP_SNAPSHOT_DIR" || value != dir) continue;
+    if (name != vars::kSnapshotDir || value != dir) continue;
     struct stat info = {};
     if (stat(dir.c_str(), &info) == 0 || (errno != ENOENT && errno != ENOTDIR)) return;
     const ContainerKind kind = container_from_environment(env);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "env.hpp"
+#include "env_names.hpp"
 
 namespace ddp {
 
@@ -39,9 +40,9 @@ ContainerKind container_from_environment(const EnvLookup& env);
 // for when the runtime is not known.
 std::string every_mount_option();
 
-constexpr const char* kContractVariable = "DDP_CONTRACT";
+constexpr const char* kContractVariable = vars::kContract;
 // The spelling of DDP_CONTRACT that apptainer exec --cleanenv passes into the container as DDP_CONTRACT.
-constexpr const char* kCleanEnvContractVariable = "APPTAINERENV_DDP_CONTRACT";
+constexpr const char* kCleanEnvContractVariable = vars::kCleanEnvContract;
 
 // The variables whose values DDP_CONTRACT holds, when ddp.so set them: what a rank needs to find its peers and
 // its snapshots. Tuning values (OMP_NUM_THREADS, *_SOCKET_IFNAME) are left out: a program may change them.
@@ -66,7 +67,7 @@ void check_contract(const EnvLookup& env);
 void require_prepared_dir(const std::string& dir, const EnvLookup& env);
 
 // The CPUs ddp.so bound the task to, "0-3,8" (its task_init applies them, then exports them here).
-constexpr const char* kCpuBindVariable = "DDP_CPU_BIND";
+constexpr const char* kCpuBindVariable = vars::kCpuBind;
 
 struct CpuRebinding {
   std::string before;  // the affinity the program found, "0-7"

@@ -1,6 +1,7 @@
 #include "launch.hpp"
 
 #include "container.hpp"
+#include "env_names.hpp"
 #include "error.hpp"
 #include "parse.hpp"
 #include "ports.hpp"
@@ -24,14 +25,14 @@ std::optional<int> optional_number(const EnvLookup& env, const std::string& name
 }
 
 void read_master(Launch& launch, const EnvLookup& env, bool required) {
-  launch.master_addr = env("MASTER_ADDR").value_or("");
-  const auto port = env("MASTER_PORT");
+  launch.master_addr = env(vars::kMasterAddr).value_or("");
+  const auto port = env(vars::kMasterPort);
   if (required && (launch.master_addr.empty() || !port)) {
     throw Error(
         "RANK and WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not; export both (srun --ddp and "
         "torchrun do), or unset RANK to run a single process");
   }
-  if (port) launch.master_port = static_cast<uint16_t>(require_uint(*port, 1, 65535, "MASTER_PORT"));
+  if (port) launch.master_port = static_cast<uint16_t>(require_uint(*port, 1, 65535, vars::kMasterPort));
 }
 
 // The variables one launcher names its ranks with, and what to say when one is wrong.
@@ -45,9 +46,9 @@ struct RankVariables {
 };
 
 constexpr RankVariables kTorchrun{
-    LaunchSource::Torchrun, "RANK",
-    "WORLD_SIZE",           "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",     "the launcher (srun --ddp, torchrun) sets it; unset RANK to run a single process"};
+    LaunchSource::Torchrun, vars::kRank,
+    vars::kWorldSize,       vars::kLocalRank,
+    vars::kLocalWorldSize,  "the launcher (srun --ddp, torchrun) sets it; unset RANK to run a single process"};
 constexpr RankVariables kOpenMpi{
     LaunchSource::OpenMpi,        "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE",       "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -93,9 +94,9 @@ Launch launch_from_environment(const EnvLookup& env) {
   // Before anything is read: values a container runtime cleared or a later plugin replaced must not be used.
   check_contract(env);
   Launch launch;
-  if (env("RANK") || env("WORLD_SIZE")) {
+  if (env(vars::kRank) || env(vars::kWorldSize)) {
     read_ranks(launch, env, kTorchrun);
-    launch.run_id = env("TORCHELASTIC_RUN_ID").value_or("");
+    launch.run_id = env(vars::kRunId).value_or("");
     read_master(launch, env, launch.world_size > 1);
   } else if (env("OMPI_COMM_WORLD_SIZE")) {
     read_ranks(launch, env, kOpenMpi);
@@ -103,12 +104,12 @@ Launch launch_from_environment(const EnvLookup& env) {
   } else {
     refuse_bare_srun(env);
   }
-  if (const auto backend = env("DDP_BACKEND")) launch.backend = parse_backend(*backend, "DDP_BACKEND");
+  if (const auto backend = env(vars::kBackend)) launch.backend = parse_backend(*backend, vars::kBackend);
   launch.restart_count =
-      optional_number(env, "TORCHELASTIC_RESTART_COUNT", "the restart loop (ddp-restart) sets it").value_or(0);
-  launch.socket_ifnames = split(env("GLOO_SOCKET_IFNAME").value_or(""), ',');
+      optional_number(env, vars::kRestartCount, "the restart loop (ddp-restart) sets it").value_or(0);
+  launch.socket_ifnames = split(env(vars::kGlooSocketIfname).value_or(""), ',');
   if (const auto key = env(kJobKeyVariable); key && is_job_key(*key)) launch.job_key = *key;
-  launch.omp_num_threads = outer_thread_count(env("OMP_NUM_THREADS").value_or(""));
+  launch.omp_num_threads = outer_thread_count(env(vars::kOmpNumThreads).value_or(""));
   launch.srun_without_pmix = env("SLURM_STEP_ID") && !env("PMIX_RANK") && !env("OMPI_COMM_WORLD_RANK");
   return launch;
 }

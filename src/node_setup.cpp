@@ -7,6 +7,7 @@
 
 #include "child_process.hpp"
 #include "doctor/node_checks.hpp"
+#include "env_names.hpp"
 #include "error.hpp"
 #include "id_list.hpp"
 #include "parse.hpp"
@@ -145,7 +146,7 @@ TaskBinding bind_task(const NodeSetup& node, const StepPlan& plan, const TaskInf
   TaskBinding binding;
   if (!node.hardware) {
     const SocketInterface socket = choose_socket_interface(node.network, std::nullopt, plan.nic, multi_node);
-    export_binding(env, {{"NCCL_SOCKET_IFNAME", socket.name}, {"GLOO_SOCKET_IFNAME", socket.name}});
+    export_binding(env, {{vars::kNcclSocketIfname, socket.name}, {vars::kGlooSocketIfname, socket.name}});
     binding.summary = "bind=none socket=" + socket.name + "(" + to_string(socket.reason) + ")";
     return binding;
   }
@@ -172,12 +173,12 @@ TaskBinding bind_task(const NodeSetup& node, const StepPlan& plan, const TaskInf
 CheckOutcome check_node(const StepPlan& plan, const TaskEnv& env) {
   doctor::NodeCheckRequest request;
   request.master_addr = plan.master_addr;
-  request.interface = env.value("GLOO_SOCKET_IFNAME");
+  request.interface = env.value(vars::kGlooSocketIfname);
   request.env = [&env](const std::string& name) {
     const auto exported = env.value(name);
     return exported ? exported : env.user_value(name);
   };
-  request.snapshot_dir = env.value("DDP_SNAPSHOT_DIR").value_or(env.user_value("DDP_SNAPSHOT_DIR").value_or(""));
+  request.snapshot_dir = env.value(vars::kSnapshotDir).value_or(env.user_value(vars::kSnapshotDir).value_or(""));
   request.needs_gpu = plan.backend == Backend::Nccl;
   const std::vector<doctor::CheckResult> results = doctor::run_node_checks(request);
   CheckOutcome outcome;

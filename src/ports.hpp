@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "env_names.hpp"
+
 namespace ddp {
 
 struct PortRange {
@@ -40,7 +42,7 @@ struct PortChoice {
 
 // A job's key: 32 hex digits from the kernel's random source. srun, sbatch and salloc make one for a --ddp job
 // (DDP_JOB_KEY; an srun inside an allocation keeps the allocation's), so every step of the job sees the same one.
-constexpr const char* kJobKeyVariable = "DDP_JOB_KEY";
+constexpr const char* kJobKeyVariable = vars::kJobKey;
 // The same key under the name Slurm gives a plugin's job control variable in a job's environment
 // (spank_job_control_setenv("DDP_JOB_KEY") in sbatch and salloc becomes SLURM_SPANK_DDP_JOB_KEY there). --export=NONE,
 // SLURM_EXPORT_ENV=NONE and --export=VARS keep every variable whose name starts with SLURM (srun's

@@ -11,6 +11,7 @@
 
 #include "child_process.hpp"
 #include "env.hpp"
+#include "env_names.hpp"
 #include "error.hpp"
 #include "parse.hpp"
 #include "user.hpp"
@@ -107,14 +108,14 @@ std::string nccl_dump_prefix(const std::string& host) { return "nccl-" + safe_ho
 
 void add_failure_reporting(TaskEnv& env, const std::optional<std::string>& step_dir, uint32_t rank,
                            const std::string& host) {
-  if (step_dir) env.set("TORCHELASTIC_ERROR_FILE", *step_dir + "/" + error_file_name(rank, host));
+  if (step_dir) env.set(vars::kErrorFile, *step_dir + "/" + error_file_name(rank, host));
   // A collective that hangs ends the process after its timeout instead of holding the allocation (PyTorch's
   // default since 2.2: tear down without aborting communicators, an abort can hang itself), with the flight
   // recorder's last collectives dumped where ddp-why finds them.
-  env.set_default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3");
-  env.set_default("TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
-  env.set_default("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000");
-  if (step_dir) env.set_default("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", *step_dir + "/" + nccl_dump_prefix(host));
+  env.set_default(vars::kNcclAsyncErrorHandling, "3");
+  env.set_default(vars::kNcclDumpOnTimeout, "1");
+  env.set_default(vars::kNcclTraceBufferSize, "2000");
+  if (step_dir) env.set_default(vars::kNcclDebugInfoTempFile, *step_dir + "/" + nccl_dump_prefix(host));
 }
 
 DirRules log_dir_rules(bool create) {

@@ -20,13 +20,14 @@
 #include <optional>
 #include <string>
 
+#include "env_names.hpp"
 #include "failure_report.hpp"
 #include "snapshot_dir.hpp"
 #include "task_env.hpp"
 
 namespace ddp {
 
-constexpr const char* kLogDirVariable = "DDP_LOG_DIR";
+constexpr const char* kLogDirVariable = vars::kLogDir;
 
 // The log base: `ddp_log_dir` (DDP_LOG_DIR) when set, else <home>/.cache/slurm-ddp. Throws ddp::Error for a
 // DDP_LOG_DIR that is not an absolute path; nullopt when neither is known (no home directory).

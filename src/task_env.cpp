@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "container.hpp"
+#include "env_names.hpp"
 #include "error.hpp"
 #include "hostlist.hpp"
 #include "snapshot_dir.hpp"
@@ -88,35 +89,35 @@ TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user) {
   const StepInfo& step = plan.step;
   const std::string run_id = std::to_string(step.job_id) + "." + std::to_string(step.step_id);
   TaskEnv env(std::move(user));
-  env.set("RANK", std::to_string(task.rank));
-  env.set("LOCAL_RANK", std::to_string(task.local_rank));
-  env.set("WORLD_SIZE", std::to_string(step.num_tasks));
-  env.set("LOCAL_WORLD_SIZE", std::to_string(step.local_tasks));
-  env.set("NODE_RANK", std::to_string(task.node_rank));
-  env.set("GROUP_RANK", std::to_string(task.node_rank));
-  env.set("GROUP_WORLD_SIZE", std::to_string(step.num_nodes));
-  env.set("ROLE_NAME", "default");
-  env.set("ROLE_RANK", std::to_string(task.rank));
-  env.set("ROLE_WORLD_SIZE", std::to_string(step.num_tasks));
-  env.set("MASTER_ADDR", plan.master_addr);
-  env.set("MASTER_PORT", std::to_string(plan.port.port));
-  env.set("TORCHELASTIC_RUN_ID", run_id);
-  env.set("TORCHELASTIC_RESTART_COUNT", std::to_string(step.restart_count));
+  env.set(vars::kRank, std::to_string(task.rank));
+  env.set(vars::kLocalRank, std::to_string(task.local_rank));
+  env.set(vars::kWorldSize, std::to_string(step.num_tasks));
+  env.set(vars::kLocalWorldSize, std::to_string(step.local_tasks));
+  env.set(vars::kNodeRank, std::to_string(task.node_rank));
+  env.set(vars::kGroupRank, std::to_string(task.node_rank));
+  env.set(vars::kGroupWorldSize, std::to_string(step.num_nodes));
+  env.set(vars::kRoleName, "default");
+  env.set(vars::kRoleRank, std::to_string(task.rank));
+  env.set(vars::kRoleWorldSize, std::to_string(step.num_tasks));
+  env.set(vars::kMasterAddr, plan.master_addr);
+  env.set(vars::kMasterPort, std::to_string(plan.port.port));
+  env.set(vars::kRunId, run_id);
+  env.set(vars::kRestartCount, std::to_string(step.restart_count));
   // Also where --export=NONE kept it only under its carrier's name (ports.hpp).
   if (!step.job_key.empty()) env.set(kJobKeyVariable, step.job_key);
-  env.set("TORCHELASTIC_MAX_RESTARTS", std::to_string(step.max_restarts));
+  env.set(vars::kMaxRestarts, std::to_string(step.max_restarts));
   // No torchrun agent holds a store here: rank 0 must host it, as init_process_group("env://") does by default.
-  env.set("TORCHELASTIC_USE_AGENT_STORE", "False");
-  env.set("DDP_BACKEND", to_string(plan.backend));
-  env.set_default("OMP_NUM_THREADS", std::to_string(step.cpus_per_task));
+  env.set(vars::kUseAgentStore, "False");
+  env.set(vars::kBackend, to_string(plan.backend));
+  env.set_default(vars::kOmpNumThreads, std::to_string(step.cpus_per_task));
   // PyTorch 2.4+ asks TCPStore for its libuv server, which torch builds without libuv (Debian's, Ubuntu's) refuse
   // at init_process_group; the classic server, torch's default before 2.4, works with every build.
-  env.set_default("USE_LIBUV", "0");
-  if (plan.recover) env.set("DDP_RECOVER", "in-place");
+  env.set_default(vars::kUseLibuv, "0");
+  if (plan.recover) env.set(vars::kRecover, "in-place");
   if (plan.snapshot_dir_explicit) {
-    env.set("DDP_SNAPSHOT_DIR", plan.snapshot_dir);
+    env.set(vars::kSnapshotDir, plan.snapshot_dir);
   } else if (!plan.snapshot_dir.empty()) {
-    env.set_default("DDP_SNAPSHOT_DIR", plan.snapshot_dir);
+    env.set_default(vars::kSnapshotDir, plan.snapshot_dir);
   }
   return env;
 }
@@ -143,7 +144,7 @@ std::vector<std::pair<std::string, std::string>> task_exports(const TaskEnv& env
 }
 
 std::optional<std::string> snapshot_dir_to_prepare(const StepPlan& plan, const EnvLookup& user) {
-  if (plan.snapshot_dir.empty() || (!plan.snapshot_dir_explicit && user("DDP_SNAPSHOT_DIR"))) return std::nullopt;
+  if (plan.snapshot_dir.empty() || (!plan.snapshot_dir_explicit && user(vars::kSnapshotDir))) return std::nullopt;
   return plan.snapshot_dir;
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "ddp_runtime/snapshot_files.hpp"
+#include "env_names.hpp"
 #include "error.hpp"
 
 namespace ddp::runtime {
@@ -60,7 +61,7 @@ std::string checked_run_id(const std::string& where, const std::string& text) {
 // (the step id changes), torchrun keeps its rendezvous id. Runs outside both share "default" unless given --run-id.
 std::string default_run_id(const EnvLookup& env) {
   if (const auto job = env("SLURM_JOB_ID")) return checked_run_id("SLURM_JOB_ID", *job);
-  if (const auto run = env("TORCHELASTIC_RUN_ID"); run && is_valid_run_id(*run)) return *run;
+  if (const auto run = env(vars::kRunId); run && is_valid_run_id(*run)) return *run;
   return "default";
 }
 
@@ -250,14 +251,14 @@ TrainOptions parse_train_args(const std::vector<std::string>& args, const EnvLoo
     recover_given = recover_given || name == "--recover";
   }
   set_positionals(options, positionals);
-  if (options.snapshot_dir.empty()) options.snapshot_dir = env("DDP_SNAPSHOT_DIR").value_or(".");
+  if (options.snapshot_dir.empty()) options.snapshot_dir = env(vars::kSnapshotDir).value_or(".");
   if (options.snapshot_dir.empty()) options.snapshot_dir = ".";
   if (options.run_id.empty()) options.run_id = default_run_id(env);
   if (!recover_given) {
-    if (const auto mode = env("DDP_RECOVER"); mode && !mode->empty())
-      options.recover = parse_recover_mode("DDP_RECOVER", *mode);
+    if (const auto mode = env(vars::kRecover); mode && !mode->empty())
+      options.recover = parse_recover_mode(vars::kRecover, *mode);
   }
-  if (env("DDP_JOIN").value_or("") == "1") options.join = true;
+  if (env(vars::kJoin).value_or("") == "1") options.join = true;
   if (options.join && options.recover != RecoverMode::InPlace) {
     throw Error("--join (DDP_JOIN=1) joins a run that recovers in place; add --recover in-place (DDP_RECOVER)");
   }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "env_names.hpp"
 #include "json_string.hpp"
 #include "netif.hpp"
 
@@ -17,7 +18,7 @@ namespace {
 
 // RANK as a number when it is one, else 0 (a single process has none).
 std::string rank_number(const EnvLookup& env) {
-  const std::string rank = env("RANK").value_or("0");
+  const std::string rank = env(vars::kRank).value_or("0");
   const bool digits = !rank.empty() && rank.size() < 10 && rank.find_first_not_of("0123456789") == std::string::npos;
   return digits ? std::to_string(std::stoul(rank)) : "0";
 }
@@ -27,12 +28,12 @@ std::string rank_number(const EnvLookup& env) {
 std::string error_report_json(const std::string& message, int exit_status, const EnvLookup& env, double time) {
   return "{\"message\": {\"message\": " + json_string(message) + ", \"errorCode\": " + std::to_string(exit_status) +
          ", \"extraInfo\": {\"timestamp\": \"" + std::to_string(static_cast<long long>(time)) +
-         "\", \"run_id\": " + json_string(env("TORCHELASTIC_RUN_ID").value_or("")) + ", \"rank\": " + rank_number(env) +
+         "\", \"run_id\": " + json_string(env(vars::kRunId).value_or("")) + ", \"rank\": " + rank_number(env) +
          ", \"hostname\": " + json_string(host_name()) + ", \"program\": \"ddp-train\"}}}\n";
 }
 
 bool write_error_report(const std::string& message, int exit_status, const EnvLookup& env, std::string* why) {
-  const auto path = env("TORCHELASTIC_ERROR_FILE");
+  const auto path = env(vars::kErrorFile);
   if (!path || path->empty()) return true;
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const std::string text = error_report_json(message, exit_status, env, now);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "container.hpp"
+#include "env_names.hpp"
 #include "error.hpp"
 
 namespace ddp::doctor {
@@ -24,7 +25,7 @@ CheckResult snapshot_dir_check(const EnvLookup& env, const std::string& dir) {
   bool prepared = false;
   if (contract && !dir.empty()) {
     for (const auto& [name, value] : decode_contract(*contract))
-      prepared = prepared || (name == "DDP_SNAPSHOT_DIR" && value == dir);
+      prepared = prepared || (name == vars::kSnapshotDir && value == dir);
   }
   if (!prepared)
     return skipped(checks::kContainerSnapshotDir, "srun --ddp prepared no snapshot directory for this run");

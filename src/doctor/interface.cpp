@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "env_names.hpp"
 #include "error.hpp"
 #include "netif.hpp"
 #include "parse.hpp"
@@ -27,10 +28,10 @@ InterfaceChoice from_nccl_list(const std::string& value) {
   for (const Interface& interface : list_interfaces()) {
     for (const auto& entry : entries) {
       const std::string& name = interface.name;
-      if (exact ? name == entry : name.rfind(entry, 0) == 0) return {name, "NCCL_SOCKET_IFNAME", ""};
+      if (exact ? name == entry : name.rfind(entry, 0) == 0) return {name, vars::kNcclSocketIfname, ""};
     }
   }
-  return {"", "NCCL_SOCKET_IFNAME",
+  return {"", vars::kNcclSocketIfname,
           "no interface on this node matches NCCL_SOCKET_IFNAME=" + quote(value) + "; `ip -br link` lists them"};
 }
 
@@ -65,10 +66,10 @@ bool is_local_address(const std::string& numeric_address) {
 InterfaceChoice choose_interface(const std::optional<std::string>& option, const EnvLookup& env,
                                  const std::string& master_ip) {
   if (option) return {*option, "--interface", ""};
-  if (const auto gloo = split(env("GLOO_SOCKET_IFNAME").value_or(""), ','); !gloo.empty()) {
-    return {gloo.front(), "GLOO_SOCKET_IFNAME", ""};
+  if (const auto gloo = split(env(vars::kGlooSocketIfname).value_or(""), ','); !gloo.empty()) {
+    return {gloo.front(), vars::kGlooSocketIfname, ""};
   }
-  if (const auto nccl = env("NCCL_SOCKET_IFNAME"); nccl && !nccl->empty() && (*nccl)[0] != '^') {
+  if (const auto nccl = env(vars::kNcclSocketIfname); nccl && !nccl->empty() && (*nccl)[0] != '^') {
     return from_nccl_list(*nccl);
   }
   if (master_ip.empty()) return {"", "route to MASTER_ADDR", "MASTER_ADDR is unknown, so no route picks an interface"};

@@ -17,6 +17,7 @@
 #include "doctor/node_speed.hpp"
 #include "doctor/shared_dir.hpp"
 #include "doctor/storage.hpp"
+#include "env_names.hpp"
 #include "parse.hpp"
 
 namespace ddp::doctor {
@@ -43,7 +44,7 @@ void report_progress(const DoctorRun& run, const std::string& step) {
 bool is_leader(const DoctorRun& run) { return run.launch.local_rank == 0; }
 
 std::string snapshot_dir_of(const DoctorRun& run) {
-  return run.options.snapshot_dir.value_or(run.env("DDP_SNAPSHOT_DIR").value_or(""));
+  return run.options.snapshot_dir.value_or(run.env(vars::kSnapshotDir).value_or(""));
 }
 
 NodeCheckRequest node_request(const DoctorRun& run) {
@@ -195,7 +196,7 @@ std::vector<CheckResult> local_checks(const DoctorRun& run) {
   }
   const unsigned cores = usable_cores();
   results.push_back(check_cores(cores, run.options.workers));
-  results.push_back(check_omp_threads(run.env("OMP_NUM_THREADS"), cores));
+  results.push_back(check_omp_threads(run.env(vars::kOmpNumThreads), cores));
   return stamp(results, run.launch.rank, run.host);
 }
 

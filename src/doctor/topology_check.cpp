@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "env_names.hpp"
 #include "id_list.hpp"
 #include "parse.hpp"
 
@@ -84,7 +85,7 @@ std::vector<CheckResult> topology_checks(const EnvLookup& env) {
     return {make_result(checks::kTopoPlan, Status::Warn, "no topology", "", e.what())};
   }
   PlanRequest request;
-  if (const auto tasks = env("LOCAL_WORLD_SIZE")) {
+  if (const auto tasks = env(vars::kLocalWorldSize)) {
     request.tasks = static_cast<unsigned>(parse_uint(*tasks, 1u << 16).value_or(1));
   }
   try {

@@ -8,6 +8,7 @@
 #include "doctor/gloo.hpp"
 #include "doctor/session.hpp"
 #include "doctor/topology_check.hpp"
+#include "env_names.hpp"
 #include "error.hpp"
 #include "netif.hpp"
 #ifdef DDP_DOCTOR_HAVE_NCCL
@@ -32,8 +33,8 @@ void print(const Outcome& outcome, bool json) {
 // asked to change are compared with what srun --ddp set.
 ddp::EnvLookup environment(const DoctorOptions& options) {
   std::map<std::string, std::string> overrides;
-  if (options.master_addr) overrides["MASTER_ADDR"] = *options.master_addr;
-  if (options.master_port) overrides["MASTER_PORT"] = std::to_string(*options.master_port);
+  if (options.master_addr) overrides[ddp::vars::kMasterAddr] = *options.master_addr;
+  if (options.master_port) overrides[ddp::vars::kMasterPort] = std::to_string(*options.master_port);
   const ddp::EnvLookup process = ddp::process_environment();
   if (const auto contract = process(ddp::kContractVariable); contract && !overrides.empty()) {
     ddp::ContractValues values = ddp::decode_contract(*contract);
