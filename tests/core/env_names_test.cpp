@@ -15,6 +15,7 @@
 #include "container.hpp"
 #include "step.hpp"
 #include "step_logs.hpp"
+#include "steps.hpp"
 #include "task_env.hpp"
 
 namespace ddp {
@@ -43,18 +44,9 @@ std::vector<std::string> readme_table_names() {
 TEST(EnvNames, TheReadmeTableListsWhatATaskReceivesInOrder) { EXPECT_EQ(readme_table_names(), kListed); }
 
 TEST(EnvNames, EveryVariableATaskReceivesIsListed) {
-  StepInfo step;
-  step.job_id = 812;
-  step.step_id = 3;
-  step.num_nodes = 2;
-  step.num_tasks = 4;
-  step.local_tasks = 2;
-  step.cpus_per_task = 3;
-  step.node_list = "node[1-2]";
-  step.hostname = "node1";
+  StepInfo step = test::two_by_two(0);
   step.job_key = "0123456789abcdef0123456789abcdef";
-  Options options;
-  options.enabled = true;
+  Options options = test::ddp_on();
   options.recover = true;
   options.snapshot_dir = "/fsx/snapshots";
   const StepPlan plan = plan_step(step, options, Config{}, {32768, 60999});

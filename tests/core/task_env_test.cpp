@@ -6,26 +6,15 @@
 
 #include "error.hpp"
 #include "step.hpp"
+#include "steps.hpp"
 
 namespace ddp {
 namespace {
 
 const PortRange kEphemeral{32768, 60999};
 
-// The step as node `node_rank` sees it.
-StepInfo two_by_two(uint32_t node_rank) {
-  StepInfo step;
-  step.job_id = 812;
-  step.step_id = 3;
-  step.num_nodes = 2;
-  step.num_tasks = 4;
-  step.local_tasks = 2;
-  step.cpus_per_task = 3;
-  step.restart_count = 1;
-  step.node_list = "node[1-2]";
-  step.hostname = "node" + std::to_string(node_rank + 1);
-  return step;
-}
+using test::ddp_on;
+using test::two_by_two;
 
 EnvLookup user_env(std::map<std::string, std::string> values) {
   return [values](const std::string& name) -> std::optional<std::string> {
@@ -39,12 +28,6 @@ std::map<std::string, std::string> as_map(const TaskEnv& env) {
   std::map<std::string, std::string> values;
   for (const EnvVar& var : env.vars()) values[var.name] = var.value;
   return values;
-}
-
-Options ddp_on() {
-  Options options;
-  options.enabled = true;
-  return options;
 }
 
 TEST(TaskEnv, TorchrunContractForEveryTaskOfTwoNodesByTwoTasks) {
