@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "container.hpp"
+#include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/distributed_model.hpp"
 #include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/failure_report.hpp"
@@ -921,8 +922,21 @@ void require_gloo(const std::string& backend) {
   }
 }
 
+// LibTorch 1.13's TCPStore client runs a listener thread (for watchKey) that ends the whole process (std::terminate)
+// when the host of its store dies; recovery in place keeps every rank connected to stores that die with their hosts.
+// LibTorch 2.x has no such thread.
+void require_libtorch_2() {
+#if !DDP_TORCH_AT_LEAST(2, 0)
+  throw Error("--recover in-place needs LibTorch 2.0 or newer, and this ddp-train is built with LibTorch " +
+              std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) +
+              ", whose store client ends the process when another rank's node dies; use --recover none (DDP_RECOVER) "
+              "with ddp-restart, or a ddp-train built with LibTorch 2.x");
+#endif
+}
+
 std::unique_ptr<Recovery> start_recovery(const TrainOptions& options, const Launch& launch, Distributed& dist) {
   if (options.recover != RecoverMode::InPlace) return nullptr;
+  require_libtorch_2();
   require_gloo(dist.backend);
   return std::make_unique<Recovery>(launch, dist, recovery_settings(options));
 }
@@ -930,6 +944,7 @@ std::unique_ptr<Recovery> start_recovery(const TrainOptions& options, const Laun
 // A replacement (--join): it builds its model and data set as the others did, alone (no collective yet), then asks
 // the running group's rank 0 to take it in, and trains on from the state rank 0 sends.
 int run_replacement(const TrainOptions& options, const Launch& launch, const JobFactory& make_job) {
+  require_libtorch_2();
   if (options.backend && *options.backend != Backend::Gloo && *options.backend != Backend::Auto) {
     require_gloo(to_string(*options.backend));
   }

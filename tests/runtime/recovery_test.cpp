@@ -4,9 +4,13 @@
 // measured in bench/recovery_bench.sh, not here.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <torch/version.h>
 
+#include <iostream>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "netif.hpp"
@@ -19,6 +23,18 @@ namespace {
 using ddp::testing::contains;
 using testing::Process;
 
+// LibTorch 1.13's store client ends the process when its store's host dies: there, --recover in-place is refused
+// (LibTorch1.RecoverInPlaceIsRefusedWithTheReason) and these tests skip.
+class RecoverInPlace : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#if TORCH_VERSION_MAJOR < 2
+    GTEST_SKIP() << "recovery in place needs LibTorch 2.x; this is " << TORCH_VERSION_MAJOR << "."
+                 << TORCH_VERSION_MINOR;
+#endif
+  }
+};
+
 // Kills every rank still running when the test ends, also when an assertion ended it early.
 struct Ranks {
   std::vector<Process> processes;
@@ -26,6 +42,15 @@ struct Ranks {
   Ranks(const Ranks&) = delete;
   Ranks& operator=(const Ranks&) = delete;
   ~Ranks() {
+    if (::testing::Test::HasFailure()) {
+      for (const Process& p : processes) {
+        std::cerr << "----- " << p.output_path << " (without the lines of each step):\n";
+        std::istringstream lines(testing::read_text(p.output_path));
+        for (std::string line; std::getline(lines, line);) {
+          if (!contains(line, "| Batchsize: ")) std::cerr << line << "\n";
+        }
+      }
+    }
     for (const Process& p : processes) {
       kill(-p.pid, SIGKILL);
       kill(-p.pid, SIGCONT);
@@ -74,48 +99,72 @@ void start_and_signal(Ranks& ranks, const std::string& dir, int count, int victi
   kill(ranks[victim].pid, signal);
 }
 
-TEST(RecoverInPlace, AKilledRankIsLeftBehindAndTheOthersTrainToTheEnd) {
+// The survivor that leads the next generation is the one with the newest state (the most steps, the lowest rank
+// among equals): under load the step in flight may have ended on one survivor and not on another, so any of
+// `survivors` may be rank 0 after a recovery. Returns the index of the first whose output shows `text` (what rank 0
+// prints), within `limit`; fails the test when none does.
+std::size_t printed_by(const Ranks& ranks, const std::vector<std::size_t>& survivors, const std::string& text,
+                       std::chrono::seconds limit = std::chrono::seconds(120)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::string outputs;
+  do {
+    outputs.clear();
+    for (const std::size_t i : survivors) {
+      const std::string output = testing::read_text(ranks[i].output_path);
+      if (contains(output, text)) return i;
+      outputs += "\nrank " + std::to_string(i) + ":\n" + output;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < deadline);
+  ADD_FAILURE() << "no survivor printed '" << text << "' within " << limit.count() << " s:" << outputs;
+  return survivors.front();
+}
+
+TEST_F(RecoverInPlace, AKilledRankIsLeftBehindAndTheOthersTrainToTheEnd) {
   const std::string dir = testing::make_temp_dir();
   Ranks ranks;
   start_and_signal(ranks, dir, 3, 1, SIGKILL, {"12", "0"});
   EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(120)), 0);
   EXPECT_EQ(testing::wait_at_most(ranks[2], std::chrono::seconds(30)), 0);
   EXPECT_EQ(testing::wait_for(ranks[1]), 128 + SIGKILL);
-  const std::string output = testing::read_text(ranks[0].output_path);
-  EXPECT_TRUE(contains(output, "Recovered in place: rank 1 on " + host_name() + " (cpu) lost (")) << output;
+  const std::size_t leader =
+      printed_by(ranks, {0, 2}, "Recovered in place: rank 1 on " + host_name() + " (cpu) lost (");
+  const std::string output = testing::read_text(ranks[leader].output_path);
   EXPECT_TRUE(contains(output, "); 2 ranks went on from step ")) << output;
   EXPECT_TRUE(contains(output, "Epoch 11 | Loss")) << output;
   EXPECT_TRUE(contains(output, "Final model saved at " + dir + "/final.pt")) << output;
   EXPECT_TRUE(contains(output, "ddp-train: training completed in place by 2 of the 3 ranks it started with")) << output;
-  EXPECT_FALSE(contains(testing::read_text(ranks[2].output_path), "ddp-train:")) << "rank 2 reported no error";
+  const std::size_t other = leader == 0 ? 2 : 0;
+  EXPECT_FALSE(contains(testing::read_text(ranks[other].output_path), "ddp-train:"))
+      << "the other survivor reported no error";
 }
 
 // Rank 0 hosts the first store and writes the snapshots: the next rank takes both over.
-TEST(RecoverInPlace, RankZeroKilledTheNextRankLeadsAndWritesTheModel) {
+TEST_F(RecoverInPlace, RankZeroKilledTheNextRankLeadsAndWritesTheModel) {
   const std::string dir = testing::make_temp_dir();
   Ranks ranks;
   start_and_signal(ranks, dir, 3, 0, SIGKILL, {"12", "4"}, 1);
   EXPECT_EQ(testing::wait_at_most(ranks[1], std::chrono::seconds(120)), 0);
   EXPECT_EQ(testing::wait_at_most(ranks[2], std::chrono::seconds(30)), 0);
-  const std::string output = testing::read_text(ranks[1].output_path);
-  EXPECT_TRUE(contains(output, "Recovered in place: rank 0 on " + host_name() + " (cpu) lost (")) << output;
+  const std::size_t leader =
+      printed_by(ranks, {1, 2}, "Recovered in place: rank 0 on " + host_name() + " (cpu) lost (");
+  const std::string output = testing::read_text(ranks[leader].output_path);
   EXPECT_TRUE(contains(output, "Epoch 8 | Training snapshot saved at " + dir + "/snapshot-")) << output;
   EXPECT_TRUE(contains(output, "Final model saved at " + dir + "/final.pt")) << output;
 }
 
 // A stopped rank fails the others' collective at --timeout; they go on without it, and when it runs again it finds a
 // newer generation without it and ends.
-TEST(RecoverInPlace, AStoppedRankIsLeftOutAndEndsWhenItComesBack) {
+TEST_F(RecoverInPlace, AStoppedRankIsLeftOutAndEndsWhenItComesBack) {
   const std::string dir = testing::make_temp_dir();
   Ranks ranks;
   start_and_signal(ranks, dir, 3, 2, SIGSTOP, {"40", "0"});
-  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Recovered in place", ranks[0]))
-      << testing::read_text(ranks[0].output_path);
+  const std::size_t leader = printed_by(ranks, {0, 1}, "Recovered in place");
   kill(ranks[2].pid, SIGCONT);
   EXPECT_EQ(testing::wait_at_most(ranks[2], std::chrono::seconds(60)), 1);
   EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(120)), 0);
   EXPECT_EQ(testing::wait_at_most(ranks[1], std::chrono::seconds(30)), 0);
-  const std::string output = testing::read_text(ranks[0].output_path);
+  const std::string output = testing::read_text(ranks[leader].output_path);
   EXPECT_TRUE(contains(output, "Recovered in place: rank 2 on " + host_name() + " (cpu) lost (")) << output;
   const std::string stopped = testing::read_text(ranks[2].output_path);
   EXPECT_TRUE(contains(stopped, "ddp-train: rank 2 on " + host_name() + " (cpu) was left out: the other ranks went on"))
@@ -129,35 +178,39 @@ void stop_all(const Ranks& ranks) {
 }
 
 // 3 ranks that train without end, rank 1 SIGKILLed and left behind, then a replacement (--join, its output in
-// dir/replacement.log) as ranks[3].
-void lose_a_rank_and_start_a_replacement(Ranks& ranks, const std::string& dir) {
+// dir/replacement.log) as ranks[3]. Returns the index of the survivor that leads (0 or 2: printed_by).
+std::size_t lose_a_rank_and_start_a_replacement(Ranks& ranks, const std::string& dir) {
   const std::vector<std::string> args{"100000", "0"};
   start_and_signal(ranks, dir, 3, 1, SIGKILL, args);
-  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Recovered in place", ranks[0]));
+  const std::size_t leader = printed_by(ranks, {0, 2}, "Recovered in place");
   std::vector<std::string> replacement = recovering_run(dir, args);
   replacement.push_back("--join");
   ranks.processes.push_back(testing::spawn(replacement, {}, dir + "/replacement.log"));
+  return leader;
 }
 
 // A replacement started with --join (as ddp-restart starts one in a step of its own) asks rank 0, is taken in at a
 // step boundary, receives the state, and the group is back to its size, up to a stop all four ranks agree on.
-TEST(RecoverInPlace, AReplacementJoinsIsHealedFromRankZeroAndTheGroupGrowsBack) {
+TEST_F(RecoverInPlace, AReplacementJoinsIsHealedFromRankZeroAndTheGroupGrowsBack) {
   const std::string dir = testing::make_temp_dir();
   Ranks ranks;
-  ASSERT_NO_FATAL_FAILURE(lose_a_rank_and_start_a_replacement(ranks, dir));
-  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Grew in place", ranks[0]))
-      << testing::read_text(ranks[0].output_path) << testing::read_text(dir + "/replacement.log");
+  const std::size_t leader = lose_a_rank_and_start_a_replacement(ranks, dir);
+  // Rank 0 takes the replacement in at a step boundary, where every survivor has as many steps: it stays rank 0.
+  EXPECT_EQ(printed_by(ranks, {0, 2}, "Grew in place"), leader) << testing::read_text(dir + "/replacement.log");
   ASSERT_TRUE(testing::wait_for_text(dir + "/replacement.log", "Joined the run", ranks[3]));
+  const std::string output_path = ranks[leader].output_path;
   ranks.processes.erase(ranks.processes.begin() + 1);  // the killed one
   stop_all(ranks);
   for (const Process& p : ranks.processes) EXPECT_EQ(testing::wait_at_most(p, std::chrono::seconds(60)), 75);
-  const std::string output = testing::read_text(ranks[0].output_path);
+  const std::string output = testing::read_text(output_path);
   EXPECT_TRUE(contains(output, "Grew in place: rank 3 on " + host_name() +
                                    " (cpu) joined, healed from rank 0; 3 ranks went on from step "))
       << output;
   EXPECT_TRUE(contains(output, "| Training snapshot saved at " + dir + "/snapshot-")) << output;
   const std::string joined = testing::read_text(dir + "/replacement.log");
-  EXPECT_TRUE(contains(joined, "Replacement: asked rank 0 to join the run (request 1)")) << joined;
+  // The replacement asks the leader by its member id, its rank when the run started.
+  EXPECT_TRUE(contains(joined, "Replacement: asked rank " + std::to_string(leader) + " to join the run (request 1)"))
+      << joined;
   EXPECT_TRUE(contains(joined, "] Joined the run as rank 3 on " + host_name() + " (cpu), healed from rank 0 at step "))
       << joined;
   EXPECT_TRUE(contains(joined, "[CPU2] Stopped at epoch ")) << joined;
@@ -165,26 +218,23 @@ TEST(RecoverInPlace, AReplacementJoinsIsHealedFromRankZeroAndTheGroupGrowsBack) 
 
 // A replacement that dies while it is taken in (after it asked, before it took the state) fails that generation's
 // forming: the others meet again without it and go on.
-TEST(RecoverInPlace, AReplacementKilledWhileItIsTakenInIsLeftBehind) {
+TEST_F(RecoverInPlace, AReplacementKilledWhileItIsTakenInIsLeftBehind) {
   const std::string dir = testing::make_temp_dir();
   Ranks ranks;
-  ASSERT_NO_FATAL_FAILURE(lose_a_rank_and_start_a_replacement(ranks, dir));
-  ASSERT_TRUE(testing::wait_for_text(dir + "/replacement.log", "Replacement: asked rank 0 to join", ranks[3]));
+  lose_a_rank_and_start_a_replacement(ranks, dir);
+  ASSERT_TRUE(testing::wait_for_text(dir + "/replacement.log", "Replacement: asked rank ", ranks[3]));
   kill(ranks[3].pid, SIGKILL);
-  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Recovered in place: rank 3 on ", ranks[0]))
-      << testing::read_text(ranks[0].output_path) << "\nrank 2:\n"
-      << testing::read_text(ranks[2].output_path) << "\nreplacement:\n"
-      << testing::read_text(dir + "/replacement.log");
+  const std::size_t leader = printed_by(ranks, {0, 2}, "Recovered in place: rank 3 on ");
   stop_all(ranks);
   EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(60)), 75);
   EXPECT_EQ(testing::wait_at_most(ranks[2], std::chrono::seconds(30)), 75);
-  const std::string output = testing::read_text(ranks[0].output_path);
+  const std::string output = testing::read_text(ranks[leader].output_path);
   EXPECT_TRUE(contains(output, "); 2 ranks went on from step ")) << output;
 }
 
 // A replacement that starts after the run has ended (its step was late) is told so at once, not after waiting twice
 // the timeout for a rank 0 that is gone (which ends with "did not answer").
-TEST(RecoverInPlace, AReplacementStartedAfterTheRunEndedIsToldSoAtOnce) {
+TEST_F(RecoverInPlace, AReplacementStartedAfterTheRunEndedIsToldSoAtOnce) {
   const std::string dir = testing::make_temp_dir();
   for (const auto& rank : testing::run_ranks(2, recovering_run(dir, {"2", "0"}), dir)) {
     ASSERT_EQ(rank.status, 0) << rank.output;
@@ -202,7 +252,7 @@ TEST(RecoverInPlace, AReplacementStartedAfterTheRunEndedIsToldSoAtOnce) {
 // With --min-ranks 3, losing one of 3 ranks leaves too few: the rank with the newest state writes a snapshot of it
 // and all end; the same command started again resumes from it and ends with the model an uninterrupted run ends
 // with, bit for bit.
-TEST(RecoverInPlace, BelowMinRanksASnapshotIsWrittenAndARestartResumesItBitForBit) {
+TEST_F(RecoverInPlace, BelowMinRanksASnapshotIsWrittenAndARestartResumesItBitForBit) {
   const std::string clean = testing::make_temp_dir();
   const std::vector<std::string> args{"--min-ranks", "3", "8", "0"};
   for (const auto& rank : testing::run_ranks(3, recovering_run(clean, args), clean)) {
@@ -214,7 +264,8 @@ TEST(RecoverInPlace, BelowMinRanksASnapshotIsWrittenAndARestartResumesItBitForBi
     start_and_signal(ranks, dir, 3, 2, SIGKILL, args);
     EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(60)), 1);
     EXPECT_EQ(testing::wait_at_most(ranks[1], std::chrono::seconds(60)), 1);
-    const std::string output = testing::read_text(ranks[0].output_path);
+    // The survivor with the newest state writes the snapshot (either one, under load); both say why they end.
+    const std::string output = testing::read_text(ranks[0].output_path) + testing::read_text(ranks[1].output_path);
     EXPECT_TRUE(contains(output, "ddp-train: rank 2 on " + host_name() + " (cpu) was lost (")) << output;
     EXPECT_TRUE(contains(output,
                          "2 of 3 ranks answer, fewer than --min-ranks 3: training cannot go on in place; "
@@ -231,6 +282,29 @@ TEST(RecoverInPlace, BelowMinRanksASnapshotIsWrittenAndARestartResumesItBitForBi
     EXPECT_TRUE(item.value().toTensor().equal(b.at(item.key()).toTensor())) << item.key().toStringRef();
   }
   EXPECT_EQ(last_loss(resumed[0].output), last_loss(testing::read_text(clean + "/rank0.log")));
+}
+
+// Under LibTorch 1.13 every rank refuses --recover in-place and a replacement (--join), in one line that names the
+// version, the reason and the fix, before any training.
+TEST(LibTorch1, RecoverInPlaceIsRefusedWithTheReason) {
+#if TORCH_VERSION_MAJOR >= 2
+  GTEST_SKIP() << "LibTorch " << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR << " recovers in place";
+#endif
+  const std::string dir = testing::make_temp_dir();
+  const std::string refusal =
+      "--recover in-place needs LibTorch 2.0 or newer, and this ddp-train is built with "
+      "LibTorch 1.13, whose store client ends the process when another rank's node dies; use "
+      "--recover none (DDP_RECOVER) with ddp-restart, or a ddp-train built with LibTorch 2.x";
+  for (const auto& rank : testing::run_ranks(2, recovering_run(dir, {"2", "0"}), dir)) {
+    EXPECT_NE(rank.status, 0) << rank.output;
+    EXPECT_TRUE(contains(rank.output, refusal)) << rank.output;
+    EXPECT_FALSE(contains(rank.output, "Epoch 0 | Loss")) << rank.output;
+  }
+  std::vector<std::string> replacement = recovering_run(dir, {"2", "0"});
+  replacement.push_back("--join");
+  const auto joined = testing::run(replacement);
+  EXPECT_NE(joined.status, 0) << joined.output;
+  EXPECT_TRUE(contains(joined.output, refusal)) << joined.output;
 }
 
 }  // namespace
