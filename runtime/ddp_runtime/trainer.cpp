@@ -936,7 +936,6 @@ void require_libtorch_2() {
 
 std::unique_ptr<Recovery> start_recovery(const TrainOptions& options, const Launch& launch, Distributed& dist) {
   if (options.recover != RecoverMode::InPlace) return nullptr;
-  require_libtorch_2();
   require_gloo(dist.backend);
   return std::make_unique<Recovery>(launch, dist, recovery_settings(options));
 }
@@ -971,6 +970,8 @@ int run_training(const TrainOptions& options, const Launch& launch, const JobFac
   limit_threads(launch);
   install_signal_handlers();
   if (options.join) return run_replacement(options, launch, make_job);
+  // Before the rendezvous: every rank refuses alike, none waits for a peer that already left.
+  if (options.recover == RecoverMode::InPlace) require_libtorch_2();
   Distributed dist = init_distributed(launch, options.backend.value_or(launch.backend),
                                       std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
   const std::unique_ptr<Recovery> recovery = start_recovery(options, launch, dist);
