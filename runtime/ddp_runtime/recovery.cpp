@@ -228,8 +228,9 @@ Recovery::Probe Recovery::probe(const Member& member, milliseconds wait) const {
   } catch (const NetError& e) {
     return {refused(e.what()) ? Probe::Dead : Probe::Silent, {}};
   }
-  const compat::StorePtr store = connect_proven(
-      host, port, kStandbyProofKey, standby_proof(launch_, settings_.run_id, member.identity.standby), wait);
+  const compat::StorePtr store =
+      connect_proven(host, port, kStandbyProofKey, standby_proof(launch_, settings_.run_id, member.identity.standby),
+                     wait, milliseconds(500));
   if (!store) return {Probe::Silent, {}};
   store->setTimeout(settings_.timeout);
   return {Probe::Answered, c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), store)};

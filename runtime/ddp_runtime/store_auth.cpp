@@ -66,7 +66,8 @@ compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& laun
 }
 
 compat::StorePtr connect_proven(const std::string& host, uint16_t port, const std::string& proof_key,
-                                const std::string& proof, std::chrono::milliseconds wait) {
+                                const std::string& proof, std::chrono::milliseconds wait,
+                                std::chrono::milliseconds slack) {
   struct Attempt {
     std::mutex mutex;
     std::condition_variable done_cv;
@@ -95,9 +96,7 @@ compat::StorePtr connect_proven(const std::string& host, uint16_t port, const st
     attempt->done_cv.notify_all();
   }).detach();
   std::unique_lock<std::mutex> lock(attempt->mutex);
-  // The client's own timeouts come first; this bound is for the wait that has none. Half the wait, at most 2 s, on
-  // top: a probe of 1 s during a recovery gives up after 1.5 s.
-  const auto slack = std::min<std::chrono::milliseconds>(wait / 2, std::chrono::seconds(2));
+  // The client's own timeouts come first; this bound is for the wait that has none.
   if (!attempt->done_cv.wait_for(lock, wait + slack, [&] { return attempt->done; })) return {};
   return attempt->store;
 }
@@ -105,7 +104,7 @@ compat::StorePtr connect_proven(const std::string& host, uint16_t port, const st
 compat::StorePtr connect_verified(const Launch& launch, std::chrono::milliseconds wait,
                                   std::chrono::milliseconds timeout) {
   compat::StorePtr store = connect_proven(launch.master_addr, static_cast<uint16_t>(launch.master_port), kStoreProofKey,
-                                          store_proof(launch), wait);
+                                          store_proof(launch), wait, std::chrono::seconds(2));
   if (!store) return {};
   store->setTimeout(timeout);
   return under_prefix(launch, std::move(store));

@@ -43,8 +43,10 @@ compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& laun
 // does not hold this rank longer: the client runs on a thread of its own, left behind at the deadline, since the
 // TCPStore client of LibTorch 2.x may wait without a deadline for its first answer). Returns the store when the value
 // is `proof`, else null.
+// `slack`: how much longer than `wait` a client that got no answer at all is waited for.
 compat::StorePtr connect_proven(const std::string& host, uint16_t port, const std::string& proof_key,
-                                const std::string& proof, std::chrono::milliseconds wait);
+                                const std::string& proof, std::chrono::milliseconds wait,
+                                std::chrono::milliseconds slack);
 
 // Connects to rank 0's store as a client and reads its proof within `wait` (a listener that never answers does not
 // hold this rank longer: the client runs on a thread of its own, left behind at the deadline). Returns the store
