@@ -71,14 +71,17 @@ std::string name_missing(const Launch& launch, const std::vector<RankIdentity>& 
 }
 
 void run_check(const Launch& launch, const std::vector<RankIdentity>& ranks, milliseconds window,
-               const std::shared_ptr<Outcome>& outcome) {
+               const compat::StorePtr& hosted, const std::shared_ptr<Outcome>& outcome) {
   std::string verdict;
   std::string failure;
   try {
-    // A fresh connection proves the store again: after a failure, whatever listens on the port now may not be
-    // rank 0's.
-    const compat::StorePtr store = connect_verified(launch, window, window);
-    if (!store) throw std::runtime_error("its store did not prove that it is this job's rank 0");
+    // Elsewhere a fresh connection proves the store again: after a failure, whatever listens on the port now may
+    // not be rank 0's.
+    const ProvenStore proven =
+        launch.rank == 0 && hosted ? ProvenStore{hosted, ""} : connect_verified(launch, window, window);
+    if (!proven.store)
+      throw std::runtime_error("its store did not prove that it is this job's rank 0: " + proven.failure);
+    const compat::StorePtr& store = proven.store;
     store->set(kPrefix + "alive/" + std::to_string(launch.rank), bytes("1"));
     store->add(kPrefix + "answered", 1);
     const auto deadline = Clock::now() + window;
@@ -120,13 +123,13 @@ bool is_peer_failure(const std::string& error) {
 }
 
 std::string explain_peer_failure(const Launch& launch, const std::string& backend,
-                                 const std::vector<RankIdentity>& ranks, const std::string& error,
-                                 milliseconds window) {
+                                 const std::vector<RankIdentity>& ranks, const std::string& error, milliseconds window,
+                                 const compat::StorePtr& hosted) {
   if (launch.world_size < 2 || backend == "mpi" || launch.master_addr.empty() || !is_peer_failure(error)) {
     return error;
   }
   auto outcome = std::make_shared<Outcome>();
-  std::thread(run_check, launch, ranks, window, outcome).detach();
+  std::thread(run_check, launch, ranks, window, hosted, outcome).detach();
   std::unique_lock<std::mutex> lock(outcome->mutex);
   const milliseconds bound = 2 * window + kLetRankZeroEnd + milliseconds(2000);
   const bool finished = outcome->done_changed.wait_for(lock, bound, [&] { return outcome->done; });

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/rank_identity.hpp"
 #include "launch.hpp"
 
@@ -24,9 +25,10 @@ bool is_peer_failure(const std::string& error);
 
 // The message to end this rank with, in place of `error`: the verdict naming the ranks that did not answer, or
 // `error` itself when no check applies (one process, MPI, not a peer failure) or every rank answered. Bounded by
-// `window` plus a few seconds, whatever rank 0's state.
+// `window` plus a few seconds, whatever rank 0's state. `hosted`: on rank 0, the store it hosts (its own check
+// needs no connection that proves it); ignored on the other ranks.
 std::string explain_peer_failure(const Launch& launch, const std::string& backend,
                                  const std::vector<RankIdentity>& ranks, const std::string& error,
-                                 std::chrono::milliseconds window);
+                                 std::chrono::milliseconds window, const compat::StorePtr& hosted = {});
 
 }  // namespace ddp::runtime

@@ -97,14 +97,14 @@ compat::StorePtr make_store(Launch& launch, std::chrono::milliseconds timeout) {
   }
   wait_for_listener(launch, timeout);
   const auto proof_wait = std::min<std::chrono::milliseconds>(timeout, kProofWait);
-  compat::StorePtr store = connect_verified(launch, proof_wait, timeout);
-  if (!store) {
+  ProvenStore proven = connect_verified(launch, proof_wait, timeout);
+  if (!proven.store) {
     throw std::runtime_error("rank " + std::to_string(launch.rank) + ": the rendezvous store at " + where +
                              " did not prove within " + seconds(proof_wait) + " that it is this job's rank 0" +
-                             (launch.job_key.empty() ? "" : " (DDP_JOB_KEY)") + port_advice(launch) +
-                             ", or rank 0 failed first");
+                             (launch.job_key.empty() ? "" : " (DDP_JOB_KEY)") + ": " + proven.failure +
+                             port_advice(launch) + ", or rank 0 failed first");
   }
-  return store;
+  return proven.store;
 }
 
 // 0 without CUDA, so that a LibTorch built with CUDA on a machine without a GPU counts as having none.
@@ -125,9 +125,10 @@ std::string choose_backend(Backend hint) {
 }
 
 // Gloo and NCCL meet through a TCPStore; MPI has its launcher's rendezvous (mpirun, PMIx under srun).
-compat::ProcessGroupPtr make_group(Launch& launch, const std::string& backend, std::chrono::milliseconds timeout) {
+// `store`: set to the rendezvous store.
+compat::ProcessGroupPtr make_group(Launch& launch, const std::string& backend, std::chrono::milliseconds timeout,
+                                   compat::StorePtr& store) {
   if (backend == "mpi") return make_mpi_group(launch, timeout);
-  compat::StorePtr store;
   if (launch.source == LaunchSource::OpenMpi && launch.master_addr.empty()) {
     // Rank 0 hosts the store first, on MASTER_PORT or a port the kernel picks, and only then tells the others over
     // MPI where it is: no other process can take the port in between.
@@ -163,7 +164,7 @@ c10::Device device_for(const std::string& backend, int local_rank, int visible_g
 Distributed init_distributed(Launch launch, Backend hint, std::chrono::milliseconds timeout) {
   const std::string backend = choose_backend(hint);
   Distributed dist;
-  dist.group = make_group(launch, backend, timeout);
+  dist.group = make_group(launch, backend, timeout, dist.store);
   dist.rank = launch.rank;
   dist.world_size = launch.world_size;
   dist.local_rank = launch.local_rank;

@@ -17,6 +17,8 @@ namespace ddp::runtime {
 
 struct Distributed {
   compat::ProcessGroupPtr group;
+  // The rendezvous store (Gloo and NCCL; null for MPI), under the job's key prefix; rank 0 hosts it.
+  compat::StorePtr store;
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;

@@ -207,11 +207,14 @@ std::string Recovery::key(int64_t generation, const std::string& name) const {
 void Recovery::release_group(Distributed& dist) {
   compat::ProcessGroupPtr group = std::move(dist.group);
   dist.group = compat::ProcessGroupPtr();
+  compat::StorePtr store = std::move(dist.store);
+  dist.store = compat::StorePtr();
   if (!group) return;
   ++releasing;
-  std::thread([group = std::move(group)]() mutable {
+  std::thread([group = std::move(group), store = std::move(store)]() mutable {
     try {
       group.reset();
+      store.reset();
     } catch (...) {
       // A group that fails to go has nothing more to say: its ranks are already on their way to a new one.
     }
@@ -228,12 +231,12 @@ Recovery::Probe Recovery::probe(const Member& member, milliseconds wait) const {
   } catch (const NetError& e) {
     return {refused(e.what()) ? Probe::Dead : Probe::Silent, {}};
   }
-  const compat::StorePtr store =
+  const ProvenStore proven =
       connect_proven(host, port, kStandbyProofKey, standby_proof(launch_, settings_.run_id, member.identity.standby),
                      wait, milliseconds(500));
-  if (!store) return {Probe::Silent, {}};
-  store->setTimeout(settings_.timeout);
-  return {Probe::Answered, c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), store)};
+  if (!proven.store) return {Probe::Silent, {}};
+  proven.store->setTimeout(settings_.timeout);
+  return {Probe::Answered, c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), proven.store)};
 }
 
 Regrouped Recovery::regroup(const MemberReport& mine) {
@@ -404,6 +407,7 @@ Regrouped Recovery::take_list(int64_t generation, const std::string& encoded, co
   auto gloo_store = c10::make_intrusive<c10d::PrefixStore>(key(generation, "gloo/"), store);
   try {
     dist_.group = compat::make_gloo_group(gloo_store, rank, size, launch_.socket_ifnames, settings_.timeout);
+    dist_.store = store;
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& e) {

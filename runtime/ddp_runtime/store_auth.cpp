@@ -4,13 +4,15 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <algorithm>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "ddp_runtime/error_message.hpp"
 
 namespace ddp::runtime {
 namespace {
@@ -65,14 +67,13 @@ compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& laun
   return under_prefix(launch, store);
 }
 
-compat::StorePtr connect_proven(const std::string& host, uint16_t port, const std::string& proof_key,
-                                const std::string& proof, std::chrono::milliseconds wait,
-                                std::chrono::milliseconds slack) {
+ProvenStore connect_proven(const std::string& host, uint16_t port, const std::string& proof_key,
+                           const std::string& proof, std::chrono::milliseconds wait, std::chrono::milliseconds slack) {
   struct Attempt {
     std::mutex mutex;
     std::condition_variable done_cv;
     bool done = false;
-    compat::StorePtr store;
+    ProvenStore result;
   };
   c10d::TCPStoreOptions options;
   options.port = port;
@@ -81,33 +82,37 @@ compat::StorePtr connect_proven(const std::string& host, uint16_t port, const st
   options.timeout = wait;
   const auto attempt = std::make_shared<Attempt>();
   std::thread([attempt, host, options, proof_key, proof, wait] {
-    compat::StorePtr store;
+    ProvenStore result;
     try {
-      store = compat::make_tcp_store(host, options);
-      store->setTimeout(wait);
-      const std::vector<uint8_t> value = store->get(proof_key);
-      if (std::string(value.begin(), value.end()) != proof) store.reset();
-    } catch (const std::exception&) {
-      store.reset();
+      result.store = compat::make_tcp_store(host, options);
+      result.store->setTimeout(wait);
+      const std::vector<uint8_t> value = result.store->get(proof_key);
+      if (std::string(value.begin(), value.end()) != proof) {
+        result = {{}, "it answered with another proof: it is another job's or another run's store"};
+      }
+    } catch (const std::exception& e) {
+      result = {{}, error_summary(e)};
     }
     const std::lock_guard<std::mutex> lock(attempt->mutex);
-    attempt->store = std::move(store);
+    attempt->result = std::move(result);
     attempt->done = true;
     attempt->done_cv.notify_all();
   }).detach();
   std::unique_lock<std::mutex> lock(attempt->mutex);
   // The client's own timeouts come first; this bound is for the wait that has none.
-  if (!attempt->done_cv.wait_for(lock, wait + slack, [&] { return attempt->done; })) return {};
-  return attempt->store;
+  if (!attempt->done_cv.wait_for(lock, wait + slack, [&] { return attempt->done; })) {
+    return {{}, "no answer within " + std::to_string((wait + slack).count()) + " ms"};
+  }
+  return attempt->result;
 }
 
-compat::StorePtr connect_verified(const Launch& launch, std::chrono::milliseconds wait,
-                                  std::chrono::milliseconds timeout) {
-  compat::StorePtr store = connect_proven(launch.master_addr, static_cast<uint16_t>(launch.master_port), kStoreProofKey,
-                                          store_proof(launch), wait, std::chrono::seconds(2));
-  if (!store) return {};
-  store->setTimeout(timeout);
-  return under_prefix(launch, std::move(store));
+ProvenStore connect_verified(const Launch& launch, std::chrono::milliseconds wait, std::chrono::milliseconds timeout) {
+  ProvenStore proven = connect_proven(launch.master_addr, static_cast<uint16_t>(launch.master_port), kStoreProofKey,
+                                      store_proof(launch), wait, std::chrono::seconds(2));
+  if (!proven.store) return proven;
+  proven.store->setTimeout(timeout);
+  proven.store = under_prefix(launch, std::move(proven.store));
+  return proven;
 }
 
 }  // namespace ddp::runtime

@@ -39,19 +39,22 @@ std::string store_key_prefix(const Launch& launch);
 // the key prefix.
 compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& launch);
 
+// A store that proved itself, or why none did.
+struct ProvenStore {
+  compat::StorePtr store;  // null when it did not prove itself
+  std::string failure;     // why, in words: "no answer within 3 s", the client's error, or a wrong proof
+};
+
 // Connects to the store at host:port as a client and reads `proof_key` within `wait` (a listener that never answers
 // does not hold this rank longer: the client runs on a thread of its own, left behind at the deadline, since the
-// TCPStore client of LibTorch 2.x may wait without a deadline for its first answer). Returns the store when the value
-// is `proof`, else null.
+// TCPStore client of LibTorch 2.x may wait without a deadline for its first answer). The store is returned when the
+// value is `proof`.
 // `slack`: how much longer than `wait` a client that got no answer at all is waited for.
-compat::StorePtr connect_proven(const std::string& host, uint16_t port, const std::string& proof_key,
-                                const std::string& proof, std::chrono::milliseconds wait,
-                                std::chrono::milliseconds slack);
+ProvenStore connect_proven(const std::string& host, uint16_t port, const std::string& proof_key,
+                           const std::string& proof, std::chrono::milliseconds wait, std::chrono::milliseconds slack);
 
-// Connects to rank 0's store as a client and reads its proof within `wait` (a listener that never answers does not
-// hold this rank longer: the client runs on a thread of its own, left behind at the deadline). Returns the store
-// under the key prefix with `timeout` for later calls, or null when the store did not prove itself in time.
-compat::StorePtr connect_verified(const Launch& launch, std::chrono::milliseconds wait,
-                                  std::chrono::milliseconds timeout);
+// Connects to rank 0's store as a client and reads its proof within `wait` (see connect_proven). The store comes
+// under the key prefix with `timeout` for later calls.
+ProvenStore connect_verified(const Launch& launch, std::chrono::milliseconds wait, std::chrono::milliseconds timeout);
 
 }  // namespace ddp::runtime

@@ -1001,7 +1001,8 @@ int run_training(const TrainOptions& options, const Launch& launch, const JobFac
     if (recovery) throw;  // recovery named the lost ranks itself
     // A stopped or hung peer fails every other rank's collective at the timeout: name it (peer_check.hpp).
     const auto window = std::min(kPeerCheckWindow + 2 * straggler.mean_step(), kPeerCheckMaxWindow);
-    throw std::runtime_error(explain_peer_failure(launch, dist.backend, straggler.ranks(), error_message(e), window));
+    throw std::runtime_error(
+        explain_peer_failure(launch, dist.backend, straggler.ranks(), error_message(e), window, dist.store));
   }
   if (status == 0 && recovery && recovery->generation() > 0 && dist.rank == 0) {
     // What ddp-restart looks for: srun's exit status names the tasks that were lost, not the training's end.

@@ -120,9 +120,8 @@ TEST(StoreAttack, AnOutsiderWithoutTheJobsKeyTakesNoRankSlotAndSetsNoKey) {
   StoreClient rank0("127.0.0.1", server.port(), {"812.0", 3, 0, kKey}, 2s);
   // Through the client: it already finds that it cannot check rank 0's proof, and gives up.
   for (const std::string& guess : {std::string(), std::string(32, '0')}) {
-    const std::string error = error_of<ExchangeError>([&] {
-      StoreClient("127.0.0.1", server.port(), {"812.0", 3, 2, guess}, 2s);
-    });
+    const auto greet = [&] { StoreClient("127.0.0.1", server.port(), {"812.0", 3, 2, guess}, 2s); };
+    const std::string error = error_of<ExchangeError>(greet);
     EXPECT_TRUE(contains(error, "cannot prove that it knows this job's key")) << error;
   }
   // By hand: the outsider answers the challenge with anything, then tries to set the link test's address.
@@ -162,9 +161,8 @@ TEST(StoreAttack, StrangersHoldingEveryPlaceKeepNoRankOut) {
 // The other way round: a program that holds MASTER_PORT before rank 0 cannot pass for rank 0's store.
 TEST(StoreAttack, ARankRefusesAServerThatCannotProveTheJobsKey) {
   StoreServer impostor(0, "812.0", 2, std::string(32, 'e'));
-  const std::string error = error_of<ExchangeError>([&] {
-    StoreClient("127.0.0.1", impostor.port(), {"812.0", 2, 1, kKey}, 2s);
-  });
+  const auto greet = [&] { StoreClient("127.0.0.1", impostor.port(), {"812.0", 2, 1, kKey}, 2s); };
+  const std::string error = error_of<ExchangeError>(greet);
   EXPECT_TRUE(contains(error, "cannot prove that it knows this job's key (DDP_JOB_KEY): it is not this job's rank 0"))
       << error;
   EXPECT_EQ(greeting_proof(kKey, "client", {"a", "b"}), greeting_proof(kKey, "client", {"a", "b"}));
