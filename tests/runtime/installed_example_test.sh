@@ -2,7 +2,8 @@
 # The C++ API as a user gets it: `cmake --install` of the dev component into a scratch prefix, then
 # runtime/examples/spirals, a project of its own (its own torch::nn::Module and Dataset), configured with
 # find_package(SlurmDDP) against that prefix only, built, and run on 2 ranks with the torchrun variables: the
-# seed's lines, snapshots, a final model, and a resume. The slurm-ddp-dev .deb holds the same files.
+# seed's lines, snapshots, a final model, and a resume. Every installed header compiles alone against the package
+# (so the headers it installs are all that the API needs). The slurm-ddp-dev .deb holds the same files.
 #   installed_example_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 BUILD=${1:?usage: installed_example_test.sh BUILD_DIR SOURCE_DIR}
@@ -23,6 +24,28 @@ cmake --install "$BUILD" --prefix "$PREFIX" --component dev >"$WORK/install.log"
 for file in include/slurm-ddp/ddp_runtime/train.hpp include/slurm-ddp/error.hpp lib/cmake/SlurmDDP/SlurmDDPConfig.cmake; do
   [ -f "$PREFIX/$file" ] || fail "the install has no $file"
 done
+
+# Each installed header alone, in a translation unit of its own, against the installed package only.
+mkdir -p "$WORK/headers"
+headers=$(cd "$PREFIX/include/slurm-ddp" && find . -name '*.hpp' | sed 's|^\./||' | sort)
+[ "$(echo "$headers" | wc -l)" -ge 10 ] || fail "only these headers were installed: $headers"
+{
+  echo 'cmake_minimum_required(VERSION 3.16)'
+  echo 'project(each_header CXX)'
+  echo 'find_package(SlurmDDP REQUIRED)'
+  echo 'add_library(each_header OBJECT)'
+  echo 'target_link_libraries(each_header PRIVATE SlurmDDP::ddp_runtime)'
+} >"$WORK/headers/CMakeLists.txt"
+for header in $headers; do
+  unit=$WORK/headers/$(echo "$header" | tr '/.' '__').cpp
+  echo "#include <$header>" >"$unit"
+  echo "target_sources(each_header PRIVATE $unit)" >>"$WORK/headers/CMakeLists.txt"
+done
+cmake -S "$WORK/headers" -B "$WORK/headers/build" -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" >"$WORK/headers.log" 2>&1 ||
+  fail "configure of the header check: $(tail -20 "$WORK/headers.log")"
+cmake --build "$WORK/headers/build" >>"$WORK/headers.log" 2>&1 ||
+  fail "an installed header does not compile alone: $(grep -m5 -e 'error' "$WORK/headers.log")"
+echo "installed_example_test: $(echo "$headers" | wc -l) installed headers, each compiles alone"
 
 # The example sees the installed package and nothing of this source tree.
 cmake -S "$SOURCE/runtime/examples/spirals" -B "$WORK/example" -G Ninja -DCMAKE_BUILD_TYPE=Release \
