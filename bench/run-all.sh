@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every figure of README.md's table, from one run on this machine, each section headed by the command that made it:
+# Every figure of docs/figures.md's table, from one run on this machine, each section headed by the command that made it:
 #   sudo bench/run-all.sh [BUILD_DIR]        (default: build; needs root for the test cluster)
 # The core's per-task cost, the topology's, ddp-train and the all-reduces against Python DDP and Gloo, snapshot
 # costs (runtime/bench/run_bench.sh), how reliably a slow rank is named (straggler_bench.sh), srun --ddp against plain

@@ -2,7 +2,7 @@
 // The names of the environment variables that srun --ddp gives each task and that the launchers, the runtime and
 // the doctor read: torchrun's contract with its workers (https://pytorch.org/docs/stable/elastic/run.html) and
 // slurm-ddp's own. Each name is written here once; writers, readers and tests use these constants. kTaskVariables
-// lists what a task receives, as README.md's table does (a test holds the two equal).
+// lists what a task receives, as docs/plugin.md's table does (a test holds the two equal).
 namespace ddp::vars {
 
 // torchrun's contract.
@@ -47,7 +47,7 @@ inline constexpr char kLogDir[] = "DDP_LOG_DIR";
 inline constexpr char kMaxRestartsRequest[] = "DDP_MAX_RESTARTS";
 inline constexpr char kRestartAttempt[] = "DDP_RESTART_ATTEMPT";
 
-// What srun --ddp sets in a task (task_env.hpp, step_logs.hpp, container.hpp), in the order of README.md's table;
+// What srun --ddp sets in a task (task_env.hpp, step_logs.hpp, container.hpp), in the order of docs/plugin.md's table;
 // each unless its row there says when not. The binding's variables (binding.hpp) are listed with the binding.
 inline constexpr const char* kTaskVariables[] = {kRank,
                                                  kRoleRank,

@@ -1,5 +1,5 @@
 // The names of what srun --ddp gives a task (env_names.hpp): every variable a task receives is one of them, and
-// README.md's table lists exactly them, in their order.
+// docs/plugin.md's table lists exactly them, in their order.
 #include "env_names.hpp"
 
 #include <gtest/gtest.h>
@@ -23,16 +23,16 @@ namespace {
 
 const std::vector<std::string> kListed(std::begin(vars::kTaskVariables), std::end(vars::kTaskVariables));
 
-// The names in the first column of README.md's table under "What `srun --ddp` does", in order.
-std::vector<std::string> readme_table_names() {
-  std::ifstream readme(std::string(PROJECT_SOURCE_DIR) + "/README.md");
+// The names in the first column of docs/plugin.md's table under "What `srun --ddp` does", in order.
+std::vector<std::string> docs_table_names() {
+  std::ifstream page(std::string(PROJECT_SOURCE_DIR) + "/docs/plugin.md");
   std::string line;
-  while (std::getline(readme, line) && line != "| Variable | Value |") {
+  while (std::getline(page, line) && line != "| Variable | Value |") {
   }
-  std::getline(readme, line);  // |---|---|
+  std::getline(page, line);  // |---|---|
   std::vector<std::string> names;
   const std::regex name("`([A-Z][A-Z0-9_]*)`");
-  while (std::getline(readme, line) && line.rfind("| ", 0) == 0) {
+  while (std::getline(page, line) && line.rfind("| ", 0) == 0) {
     const std::string first = line.substr(2, line.find(" | ") - 2);
     for (auto it = std::sregex_iterator(first.begin(), first.end(), name); it != std::sregex_iterator(); ++it) {
       names.push_back((*it)[1].str());
@@ -41,7 +41,7 @@ std::vector<std::string> readme_table_names() {
   return names;
 }
 
-TEST(EnvNames, TheReadmeTableListsWhatATaskReceivesInOrder) { EXPECT_EQ(readme_table_names(), kListed); }
+TEST(EnvNames, TheDocsTableListsWhatATaskReceivesInOrder) { EXPECT_EQ(docs_table_names(), kListed); }
 
 TEST(EnvNames, EveryVariableATaskReceivesIsListed) {
   StepInfo step = test::two_by_two(0);

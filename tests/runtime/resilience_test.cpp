@@ -124,7 +124,7 @@ TEST(Stragglers, SlowerThanTheMedianByMoreThanTheThreshold) {
 
 // One rank stopped 60 ms of every 65 computes about 5x slower than the median (measured here: 4.3x to 6x), and
 // ranks that keep pace stayed within 1.5x of it even with 4 ranks on 2 cores of a loaded machine (load average 8,
-// see runtime/README.md): with the threshold at 100% (2x), both margins are wide.
+// see docs/runtime.md): with the threshold at 100% (2x), both margins are wide.
 // Every epoch must name the slow rank and only it; the run without slowdown names nobody.
 TEST(Stragglers, TheSlowRankIsNamedEveryEpochAndTheOthersNever) {
   const std::string dir = testing::make_temp_dir();
