@@ -12,6 +12,7 @@
 
 #include "error.hpp"
 #include "launch.hpp"
+#include "steps.hpp"
 #include "task_env.hpp"
 #include "test_common.hpp"
 
@@ -96,18 +97,9 @@ TEST(Contract, IsCheckedBeforeTheLauncherIsRead) {
 }
 
 TEST(Contract, TaskExportsHoldTheContractTheCleanEnvCopiesAndTheMarker) {
-  StepInfo step;
-  step.job_id = 812;
-  step.step_id = 0;
-  step.num_nodes = 2;
-  step.num_tasks = 4;
-  step.local_tasks = 2;
-  step.cpus_per_task = 2;
-  step.node_list = "node[1-2]";
-  step.hostname = "node2";
+  StepInfo step = test::two_by_two(1);
   step.user = "alice";
-  Options options;
-  options.enabled = true;
+  Options options = test::ddp_on();
   options.snapshot_dir = "/fsx/%u";
   const StepPlan plan = plan_step(step, options, Config{}, PortRange{32768, 60999});
   const TaskEnv env = task_env(plan, TaskInfo{3, 1, 1}, env_with({{"OMP_NUM_THREADS", "8"}}));
