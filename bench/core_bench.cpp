@@ -14,18 +14,9 @@
 #include "hostlist.hpp"
 #include "step_logs.hpp"
 #include "task_env.hpp"
+#include "timing.hpp"
 
-namespace {
-
-template <typename Body>
-double microseconds_per_call(int calls, Body&& body) {
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < calls; ++i) body(i);
-  const std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
-  return elapsed.count() / calls;
-}
-
-}  // namespace
+using ddp::bench::microseconds_per_call;
 
 int main() {
   const std::string node_list = "gpu-a[0001-2048],gpu-b[0001-1024,2001-3024]";  // 4096 hosts

@@ -11,17 +11,12 @@
 
 #include "binding.hpp"
 #include "netif.hpp"
+#include "timing.hpp"
 #include "topology.hpp"
 
 namespace {
 
-template <typename Body>
-double microseconds_per_call(int calls, Body&& body) {
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < calls; ++i) body(i);
-  const std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
-  return elapsed.count() / calls;
-}
+using ddp::bench::microseconds_per_call;
 
 struct PerTask {
   double plan_us;
