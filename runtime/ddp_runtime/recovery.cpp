@@ -7,11 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <condition_variable>
 #include <fstream>
 #include <future>
 #include <map>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
