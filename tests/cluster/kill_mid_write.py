@@ -1,13 +1,14 @@
 #!/usr/bin/python3
-"""kill_mid_write.py DIR SECONDS PID...: SIGKILLs whichever of the PIDs writes a snapshot into DIR, mid-write.
+"""kill_mid_write.py DIR SECONDS PID...: SIGKILLs whichever of the PIDs starts writing a snapshot into DIR.
 
-A snapshot is written to a temporary file (".snapshot-*.tmp-*") and renamed: polling for that file misses a write
-that lasts a millisecond on a loaded machine. Instead inotify reports each temporary file's creation; the PIDs are
-then frozen (SIGSTOP, and every thread seen stopped). If the temporary file is still there and one of them holds it
-open, that writer is killed with the write unfinished and the others go on (SIGCONT); else all go on until the next
-write. Which rank writes is not known beforehand: after a recovery the rank with the newest state leads. Prints
-"FILE PID STEP TASK NODE" (the torn file; the writer's pid, SLURM_STEP_ID, SLURM_PROCID, SLURMD_NODENAME); exits 1
-when no write was caught within SECONDS.
+A snapshot is written to a temporary file (".snapshot-*.tmp-*") and renamed. Watching for that file after the fact
+(polling, or inotify) races a write that lasts a millisecond on a loaded machine. Instead fanotify's permission
+events hold every open in DIR until this script answers: the open of a temporary snapshot by one of the PIDs is
+answered only after the writer was sent SIGKILL, so it dies with the file created and nothing of the snapshot
+written, whoever it is and however loaded the machine. Every other open is allowed at once. Which rank writes is
+not known beforehand: after a recovery the rank with the newest state leads. Prints "FILE PID STEP TASK NODE" (the
+unfinished file; the writer's pid, SLURM_STEP_ID, SLURM_PROCID, SLURMD_NODENAME); exits 1 when no write began
+within SECONDS. Needs root (CAP_SYS_ADMIN) and a kernel with fanotify's permission events.
 """
 import ctypes
 import ctypes.util
@@ -18,56 +19,20 @@ import struct
 import sys
 import time
 
-IN_CREATE = 0x100
-EVENT_HEADER = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
+FAN_CLOEXEC = 0x01
+FAN_CLASS_CONTENT = 0x04
+FAN_MARK_ADD = 0x01
+FAN_OPEN_PERM = 0x00010000
+FAN_EVENT_ON_CHILD = 0x08000000
+FAN_ALLOW = 0x01
+AT_FDCWD = -100
+# struct fanotify_event_metadata: event_len, vers, reserved, metadata_len, mask, fd, pid
+EVENT = struct.Struct("=IBBHQii")
+RESPONSE = struct.Struct("=iI")  # struct fanotify_response: fd, response
 
 
 def is_temporary_snapshot(name):
     return name.startswith(".snapshot-") and ".tmp-" in name
-
-
-def stopped(pid):
-    """Whether every thread of PID is in the stopped state (a signal's stop is not immediate)."""
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/stat") as stat:
-                state = stat.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            continue  # the thread ended
-        if state not in ("T", "t"):
-            return False
-    return True
-
-
-def signal_all(pids, number):
-    for pid in list(pids):
-        try:
-            os.kill(pid, number)
-        except ProcessLookupError:
-            pids.discard(pid)
-
-
-def freeze(pids):
-    signal_all(pids, signal.SIGSTOP)
-    for pid in list(pids):
-        try:
-            while not stopped(pid):
-                time.sleep(0.0005)
-        except FileNotFoundError:
-            pids.discard(pid)
-
-
-def holds_open(pid, path):
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
-                    return True
-            except OSError:
-                continue
-    except OSError:
-        pass
-    return False
 
 
 def describe(pid):
@@ -76,36 +41,43 @@ def describe(pid):
     return " ".join(env.get(name, b"-").decode() for name in (b"SLURM_STEP_ID", b"SLURM_PROCID", b"SLURMD_NODENAME"))
 
 
+def watch(directory):
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
+    fd = libc.fanotify_init(FAN_CLOEXEC | FAN_CLASS_CONTENT, os.O_RDONLY | os.O_LARGEFILE)
+    if fd < 0 or libc.fanotify_mark(fd, FAN_MARK_ADD, FAN_OPEN_PERM | FAN_EVENT_ON_CHILD, AT_FDCWD,
+                                    directory.encode()) < 0:
+        sys.exit(f"kill_mid_write: cannot watch the opens in {directory} with fanotify: "
+                 f"{os.strerror(ctypes.get_errno())}")
+    return fd
+
+
 def main():
     directory, seconds, pids = sys.argv[1], float(sys.argv[2]), {int(pid) for pid in sys.argv[3:]}
     deadline = time.monotonic() + seconds
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    fd = libc.inotify_init1(os.O_CLOEXEC)
-    if fd < 0 or libc.inotify_add_watch(fd, directory.encode(), IN_CREATE) < 0:
-        sys.exit(f"kill_mid_write: cannot watch {directory}: {os.strerror(ctypes.get_errno())}")
-    while time.monotonic() < deadline and pids:
+    fd = watch(directory)
+    caught = None
+    while caught is None and time.monotonic() < deadline:
         if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
             break
         events, offset = os.read(fd, 65536), 0
         while offset < len(events):
-            _, _, _, length = EVENT_HEADER.unpack_from(events, offset)
-            start = offset + EVENT_HEADER.size
-            name = events[start:start + length].rstrip(b"\0").decode()
-            offset = start + length
-            if not is_temporary_snapshot(name):
-                continue
-            path = os.path.realpath(os.path.join(directory, name))
-            freeze(pids)
-            writer = next((pid for pid in pids if holds_open(pid, path)), None) if os.path.exists(path) else None
-            if writer is not None:
-                who = describe(writer)
-                os.kill(writer, signal.SIGKILL)
-                pids.discard(writer)
-                signal_all(pids, signal.SIGCONT)
-                print(name, writer, who)
-                return
-            signal_all(pids, signal.SIGCONT)
-    sys.exit(f"kill_mid_write: no unfinished snapshot write into {directory} by processes {sorted(pids)} was caught")
+            length, _, _, _, _, event_fd, pid = EVENT.unpack_from(events, offset)
+            offset += length
+            if event_fd < 0:
+                continue  # the queue overflowed: nothing to answer
+            path = os.readlink(f"/proc/self/fd/{event_fd}")
+            if caught is None and pid in pids and is_temporary_snapshot(os.path.basename(path)):
+                who = describe(pid)
+                os.kill(pid, signal.SIGKILL)  # delivered before its open returns
+                caught = f"{os.path.basename(path)} {pid} {who}"
+            os.write(fd, RESPONSE.pack(event_fd, FAN_ALLOW))
+            os.close(event_fd)
+    os.close(fd)  # opens still held are allowed
+    if caught is None:
+        sys.exit(f"kill_mid_write: no process of {sorted(pids)} began a snapshot write into {directory} "
+                 f"within {seconds:g} s")
+    print(caught)
 
 
 if __name__ == "__main__":

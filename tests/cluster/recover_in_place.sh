@@ -125,8 +125,9 @@ kill -KILL "$(tail -n 1 <<<"$replacements")"
 # The others are taken in without it: the replacements for ranks 5, 4, 3 and 2, less the one killed (replacements
 # that ask at about the same time join at the same step).
 await "$dir" "$job" '\] Joined the run as rank ' 3
-# Rank 0 while it writes a snapshot in the background: the temporary file is there when it dies. Which process is
-# rank 0 by now is not known (the rank with the newest state leads after each recovery): the one caught writing.
+# Rank 0 as it writes a snapshot in the background: killed while its open of the temporary file is held (fanotify),
+# so the unfinished file is there when it dies. Which process is rank 0 by now is not known (the rank with the
+# newest state leads after each recovery): the one caught writing.
 snapshots=$dir/snapshots
 recovered=$(job_output "$dir" "$job" | grep -c '| Recovered in place: ' || true)
 # shellcheck disable=SC2046  # one argument per pid
