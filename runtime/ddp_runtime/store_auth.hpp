@@ -42,7 +42,7 @@ compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& laun
 // A store that proved itself, or why none did.
 struct ProvenStore {
   compat::StorePtr store;  // null when it did not prove itself
-  std::string failure;     // why, in words: "no answer within 3 s", the client's error, or a wrong proof
+  std::string failure;     // why, in words: "no answer within 5000 ms", the client's error, or a wrong proof
 };
 
 // Connects to the store at host:port as a client and reads `proof_key` within `wait` (a listener that never answers
