@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddp_runtime/cli.hpp"
+#include "ddp_runtime/train_options.hpp"
 
 namespace torch::nn {
 class AnyModule;

@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "ddp_runtime/cli.hpp"
 #include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/train_options.hpp"
 
 namespace torch::optim {
 class Optimizer;

@@ -47,8 +47,8 @@
 #include <memory>
 #include <utility>
 
-#include "ddp_runtime/cli.hpp"
 #include "ddp_runtime/job.hpp"
+#include "ddp_runtime/train_options.hpp"
 #include "launch.hpp"
 
 namespace ddp::runtime {

@@ -22,6 +22,7 @@
 
 #include "container.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/cli.hpp"
 #include "ddp_runtime/distributed_model.hpp"
 #include "ddp_runtime/error_message.hpp"
 #include "ddp_runtime/failure_report.hpp"
@@ -36,6 +37,7 @@
 #include "ddp_runtime/straggler.hpp"
 #include "ddp_runtime/tensor_text.hpp"
 #include "ddp_runtime/train.hpp"
+#include "ddp_runtime/workloads.hpp"
 #include "error.hpp"
 #include "json_string.hpp"
 
@@ -125,44 +127,6 @@ void limit_threads(const Launch& launch) {
 }
 
 // --- checks before the first step ---
-
-void check_loss_fits(const TrainingJob& job, const at::Tensor& output, const at::Tensor& targets) {
-  const std::string loss = std::string("--loss ") + to_string(job.loss);
-  const std::string outputs = job.model_name + " outputs " + tensor_text(output) + " for a batch of " +
-                              std::to_string(targets.size(0)) + " and the targets 'y' of " + job.data->name() +
-                              " are " + tensor_text(targets);
-  if (!output.is_floating_point()) throw Error(outputs + "; a loss needs floating-point outputs");
-  if (job.loss == LossKind::MeanSquaredError) {
-    if (!targets.is_floating_point() || targets.sizes() != output.sizes()) {
-      throw Error(outputs + "; " + loss +
-                  " needs floating-point targets shaped like the output (class indices take "
-                  "--loss cross-entropy or nll)");
-    }
-    return;
-  }
-  std::vector<int64_t> class_shape = output.sizes().vec();
-  if (output.dim() >= 2) class_shape.erase(class_shape.begin() + 1);
-  const bool indices = !targets.is_floating_point() && output.dim() >= 2 && targets.sizes().vec() == class_shape;
-  const bool probabilities = job.loss == LossKind::CrossEntropy && targets.is_floating_point() && output.dim() >= 2 &&
-                             targets.sizes() == output.sizes();
-  if (!indices && !probabilities) {
-    throw Error(outputs + "; " + loss +
-                " needs outputs [batch, classes, ...] and class indices [batch, ...] (an integer "
-                "type)" +
-                (job.loss == LossKind::CrossEntropy ? " or class probabilities shaped like the output" : ""));
-  }
-  if (indices) {
-    const int64_t classes = output.size(1);
-    job.data->check_class_labels(classes);
-    const int64_t low = targets.min().item<int64_t>();
-    const int64_t high = targets.max().item<int64_t>();
-    if (low < 0 || high >= classes) {
-      throw Error(job.data->name() + " holds the class index " + std::to_string(low < 0 ? low : high) + ", but " +
-                  job.model_name + " outputs " + std::to_string(classes) + " classes; expected indices 0 to " +
-                  std::to_string(classes - 1));
-    }
-  }
-}
 
 // The model's forward on the first batch and the loss on its output, without gradients and in eval mode, so that
 // neither the parameters, the buffers nor the random number generator change.
@@ -1029,11 +993,12 @@ int leave(int status) {
 int run_main(int argc, char** argv, const JobFactory& make_job, const std::string& program) {
   try {
     const EnvLookup env = process_environment();
-    const TrainOptions options = parse_train_args(std::vector<std::string>(argv + 1, argv + argc), env);
-    if (options.help) {
-      std::fputs(train_usage(), stdout);
+    const ParsedTrainArgs parsed = parse_train_args(std::vector<std::string>(argv + 1, argv + argc), env);
+    if (parsed.help) {
+      std::fputs(train_usage().c_str(), stdout);
       return 0;
     }
+    const TrainOptions& options = parsed.options;
     const Launch launch = launch_from_environment(env);
     // Before the first step: a snapshot directory srun --ddp made that this container cannot see would take the
     // run's snapshots with it; a binding the container runtime reset is applied again.

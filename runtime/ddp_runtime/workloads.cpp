@@ -9,9 +9,13 @@
 
 #include <sys/stat.h>
 
+#include <string>
+#include <vector>
+
 #include "ddp_runtime/data_files.hpp"
 #include "ddp_runtime/idx.hpp"
 #include "ddp_runtime/script_model.hpp"
+#include "ddp_runtime/tensor_text.hpp"
 #include "error.hpp"
 
 namespace ddp::runtime {
@@ -164,15 +168,92 @@ TrainingJob make_workload(const TrainOptions& options) {
   return job;
 }
 
-at::Tensor compute_loss(LossKind loss, const at::Tensor& output, const at::Tensor& target) {
-  switch (loss) {
-    case LossKind::MeanSquaredError: return at::mse_loss(output, target.to(output.scalar_type()));
-    case LossKind::CrossEntropy:
-      return at::cross_entropy_loss(
-          output, target.is_floating_point() ? target.to(output.scalar_type()) : target.to(at::kLong));
-    case LossKind::NegativeLogLikelihood: return at::nll_loss_nd(output, target.to(at::kLong));
+// --- the losses: one table entry each, with how PyTorch computes it and which targets it takes. A new loss is a
+// LossKind, its name in cli.cpp's table of names, and an entry here. ---
+namespace {
+
+struct Loss {
+  LossKind kind;
+  at::Tensor (*compute)(const at::Tensor& output, const at::Tensor& target);
+  bool takes_class_indices;       // targets [batch, ...] of an integer type, for outputs [batch, classes, ...]
+  bool takes_same_shaped_floats;  // floating-point targets shaped like the output (cross-entropy: probabilities)
+};
+
+const Loss kLosses[] = {
+    {LossKind::MeanSquaredError,
+     [](const at::Tensor& output, const at::Tensor& target) {
+       return at::mse_loss(output, target.to(output.scalar_type()));
+     },
+     false, true},
+    {LossKind::CrossEntropy,
+     [](const at::Tensor& output, const at::Tensor& target) {
+       return at::cross_entropy_loss(
+           output, target.is_floating_point() ? target.to(output.scalar_type()) : target.to(at::kLong));
+     },
+     true, true},
+    {LossKind::NegativeLogLikelihood,
+     [](const at::Tensor& output, const at::Tensor& target) { return at::nll_loss_nd(output, target.to(at::kLong)); },
+     true, false},
+};
+
+const Loss& loss_of(LossKind kind) {
+  for (const Loss& loss : kLosses) {
+    if (loss.kind == kind) return loss;
   }
-  return {};
+  throw Error(std::string("the loss ") + to_string(kind) + " has no entry in loss.cpp's table");
+}
+
+// "--loss cross-entropy or nll": the losses that take class indices.
+std::string losses_for_class_indices() {
+  std::vector<std::string> names;
+  for (const Loss& loss : kLosses) {
+    if (loss.takes_class_indices) names.emplace_back(to_string(loss.kind));
+  }
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return "--loss " + text;
+}
+
+void check_class_indices(const TrainingJob& job, const at::Tensor& output, const at::Tensor& targets) {
+  const int64_t classes = output.size(1);
+  job.data->check_class_labels(classes);
+  const int64_t low = targets.min().item<int64_t>();
+  const int64_t high = targets.max().item<int64_t>();
+  if (low < 0 || high >= classes) {
+    throw Error(job.data->name() + " holds the class index " + std::to_string(low < 0 ? low : high) + ", but " +
+                job.model_name + " outputs " + std::to_string(classes) + " classes; expected indices 0 to " +
+                std::to_string(classes - 1));
+  }
+}
+
+}  // namespace
+
+at::Tensor compute_loss(LossKind loss, const at::Tensor& output, const at::Tensor& target) {
+  return loss_of(loss).compute(output, target);
+}
+
+void check_loss_fits(const TrainingJob& job, const at::Tensor& output, const at::Tensor& targets) {
+  const Loss& loss = loss_of(job.loss);
+  const std::string option = std::string("--loss ") + to_string(job.loss);
+  const std::string outputs = job.model_name + " outputs " + tensor_text(output) + " for a batch of " +
+                              std::to_string(targets.size(0)) + " and the targets 'y' of " + job.data->name() +
+                              " are " + tensor_text(targets);
+  if (!output.is_floating_point()) throw Error(outputs + "; a loss needs floating-point outputs");
+  std::vector<int64_t> class_shape = output.sizes().vec();
+  if (output.dim() >= 2) class_shape.erase(class_shape.begin() + 1);
+  const bool indices = loss.takes_class_indices && !targets.is_floating_point() && output.dim() >= 2 &&
+                       targets.sizes().vec() == class_shape;
+  const bool same_shaped = loss.takes_same_shaped_floats && targets.is_floating_point() &&
+                           (!loss.takes_class_indices || output.dim() >= 2) && targets.sizes() == output.sizes();
+  if (indices) check_class_indices(job, output, targets);
+  if (indices || same_shaped) return;
+  if (!loss.takes_class_indices) {
+    throw Error(outputs + "; " + option + " needs floating-point targets shaped like the output (class indices take " +
+                losses_for_class_indices() + ")");
+  }
+  throw Error(outputs + "; " + option +
+              " needs outputs [batch, classes, ...] and class indices [batch, ...] (an integer type)" +
+              (loss.takes_same_shaped_floats ? " or class probabilities shaped like the output" : ""));
 }
 
 }  // namespace ddp::runtime

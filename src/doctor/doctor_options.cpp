@@ -2,9 +2,9 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <map>
 
+#include "command_line.hpp"
 #include "doctor/check.hpp"
 #include "error.hpp"
 #include "parse.hpp"
@@ -12,57 +12,66 @@
 namespace ddp::doctor {
 namespace {
 
-double parse_positive(const std::string& text, const std::string& what) {
-  char* end = nullptr;
-  const double value = text.empty() ? 0 : std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(value) || value <= 0) {
-    throw Error(what + " " + quote(text) + " is not a positive number; write it like 10 or 2.5");
-  }
-  return value;
+using cli::Bound;
+using cli::real;
+using Options = DoctorOptions;
+using Value = const std::string&;
+
+std::string seconds_text(std::chrono::milliseconds duration) {
+  return cli::number_text(static_cast<double>(duration.count()) / 1000);
 }
 
-using Setter = std::function<void(DoctorOptions&, const std::string&)>;
-
-const std::map<std::string, Setter>& valued_options() {
-  static const std::map<std::string, Setter> table{
-      {"--snapshot-dir", [](DoctorOptions& o, const std::string& v) { o.snapshot_dir = v; }},
-      {"--snapshot-size",
-       [](DoctorOptions& o, const std::string& v) { o.snapshot_bytes = parse_size(v, "--snapshot-size"); }},
-      {"--data-dir", [](DoctorOptions& o, const std::string& v) { o.data_dir = v; }},
-      {"--interface", [](DoctorOptions& o, const std::string& v) { o.interface = v; }},
-      {"--master-addr", [](DoctorOptions& o, const std::string& v) { o.master_addr = v; }},
-      {"--master-port",
-       [](DoctorOptions& o, const std::string& v) {
-         o.master_port = static_cast<uint16_t>(require_uint(v, 1, 65535, "--master-port"));
-       }},
-      {"--timeout",
-       [](DoctorOptions& o, const std::string& v) {
-         o.timeout = std::chrono::milliseconds(std::lround(parse_positive(v, "--timeout") * 1000));
-       }},
-      {"--workers",
-       [](DoctorOptions& o, const std::string& v) {
-         o.workers = static_cast<unsigned>(require_uint(v, 0, 4096, "--workers"));
-       }},
-      {"--min-net-gbps",
-       [](DoctorOptions& o, const std::string& v) { o.thresholds.min_net_gbps = parse_positive(v, "--min-net-gbps"); }},
-      {"--max-rtt-us",
-       [](DoctorOptions& o, const std::string& v) { o.thresholds.max_rtt_us = parse_positive(v, "--max-rtt-us"); }},
-      {"--min-disk-mbps",
-       [](DoctorOptions& o, const std::string& v) {
-         o.thresholds.min_disk_mbps = parse_positive(v, "--min-disk-mbps");
-       }},
-      {"--max-clock-ms",
-       [](DoctorOptions& o, const std::string& v) { o.thresholds.max_clock_ms = parse_positive(v, "--max-clock-ms"); }},
-      {"--straggler-threshold",
-       [](DoctorOptions& o, const std::string& v) {
-         o.thresholds.slow_node_pct = parse_positive(v, "--straggler-threshold");
-       }},
+// Each option once: name, value, help, how it sets DoctorOptions, the default the usage shows (from
+// DoctorOptions' own initializers) or an example.
+const cli::Table<Options>& option_table() {
+  static const cli::Table<Options> table = {
+      {"--quick", "", "small transfers and writes (seconds), for tests and a first look",
+       [](Options& o, Value) { o.quick = true; }},
+      {"--json", "", "print the report as JSON instead of a table", [](Options& o, Value) { o.json = true; }},
+      {"--snapshot-dir", "DIR", "the snapshot directory to check (default: DDP_SNAPSHOT_DIR)",
+       [](Options& o, Value v) { o.snapshot_dir = v; }},
+      {"--snapshot-size", "SIZE", "size of one snapshot, like 4G (default: the newest file there, else 1G)",
+       [](Options& o, Value v) { o.snapshot_bytes = parse_size(v, "--snapshot-size"); }},
+      {"--data-dir", "DIR", "also check the training data's directory (device kind)",
+       [](Options& o, Value v) { o.data_dir = v; }},
+      {"--interface", "NAME",
+       "socket interface to check and test over (default: GLOO_SOCKET_IFNAME,\n"
+       "NCCL_SOCKET_IFNAME, else the one whose route reaches MASTER_ADDR)",
+       [](Options& o, Value v) { o.interface = v; }},
+      {"--master-addr", "HOST", "rank 0's node (default: MASTER_ADDR)", [](Options& o, Value v) { o.master_addr = v; }},
+      {"--master-port", "N", "rank 0 listens here (default: MASTER_PORT)",
+       [](Options& o, Value v) { o.master_port = cli::whole<uint16_t>(v, 1, 65535); }, nullptr, "29500"},
+      {"--timeout", "SECONDS", "longest wait for another rank at any step",
+       [](Options& o, Value v) { o.timeout = std::chrono::milliseconds(std::lround(real(v, Bound::Positive) * 1000)); },
+       [](const Options& o) { return seconds_text(o.timeout); }},
+      {"--workers", "N", "data-loader workers per rank, checked against the rank's cores",
+       [](Options& o, Value v) { o.workers = cli::whole<unsigned>(v, 0, 4096); }, nullptr, "8"},
+      {"--min-net-gbps", "X", "WARN below this point-to-point bandwidth",
+       [](Options& o, Value v) { o.thresholds.min_net_gbps = real(v, Bound::Positive); },
+       [](const Options& o) { return cli::number_text(o.thresholds.min_net_gbps); }},
+      {"--max-rtt-us", "X", "WARN above this round trip between nodes",
+       [](Options& o, Value v) { o.thresholds.max_rtt_us = real(v, Bound::Positive); },
+       [](const Options& o) { return cli::number_text(o.thresholds.max_rtt_us); }},
+      {"--min-disk-mbps", "X", "WARN below this snapshot write bandwidth",
+       [](Options& o, Value v) { o.thresholds.min_disk_mbps = real(v, Bound::Positive); },
+       [](const Options& o) { return cli::number_text(o.thresholds.min_disk_mbps); }},
+      {"--max-clock-ms", "X", "WARN above this clock offset between nodes",
+       [](Options& o, Value v) { o.thresholds.max_clock_ms = real(v, Bound::Positive); },
+       [](const Options& o) { return cli::number_text(o.thresholds.max_clock_ms); }},
+      {"--straggler-threshold", "P",
+       "WARN for a node whose GEMM or memory bandwidth is more than P% below the nodes'\n"
+       "median (as ddp-train's)",
+       [](Options& o, Value v) { o.thresholds.slow_node_pct = real(v, Bound::Positive); },
+       [](const Options& o) { return cli::number_text(o.thresholds.slow_node_pct); }},
+      {"--list-checks", "",
+       "list every check: its name in the report, where it runs, what it checks and the\n"
+       "option that moves its threshold",
+       [](Options& o, Value) { o.list_checks = true; }},
   };
   return table;
 }
 
-std::string usage_text() {
-  return R"(usage: srun --ddp [srun options] ddp-doctor [options]
+constexpr const char* kUsageIntro = R"(usage: srun --ddp [srun options] ddp-doctor [options]
        mpirun -np N ddp-doctor [options]
        ddp-doctor [options]                     (this node only)
 
@@ -75,29 +84,7 @@ write bandwidth) and clock offsets. Exit status: 0 all passed (warnings allowed)
 MASTER_PORT: srun --ddp sets them), else from OpenMPI's (OMPI_COMM_WORLD_*); rank 0 serves the
 ranks' key-value store on MASTER_PORT.
 
-options:
-  --quick                 small transfers and writes (seconds), for tests and a first look
-  --json                  print the report as JSON instead of a table
-  --snapshot-dir DIR      the snapshot directory to check (default: DDP_SNAPSHOT_DIR)
-  --snapshot-size SIZE    size of one snapshot, like 4G (default: the newest file there, else 1G)
-  --data-dir DIR          also check the training data's directory (device kind)
-  --interface NAME        socket interface to check and test over (default: GLOO_SOCKET_IFNAME,
-                          NCCL_SOCKET_IFNAME, else the one whose route reaches MASTER_ADDR)
-  --master-addr HOST      rank 0's node (default: MASTER_ADDR)
-  --master-port N         rank 0 listens here (default: MASTER_PORT)
-  --timeout SECONDS       longest wait for another rank at any step (default: 30)
-  --workers N             data-loader workers per rank, checked against the rank's cores
-  --min-net-gbps X        WARN below this point-to-point bandwidth (default: 10)
-  --max-rtt-us X          WARN above this round trip between nodes (default: 500)
-  --min-disk-mbps X       WARN below this snapshot write bandwidth (default: 200)
-  --max-clock-ms X        WARN above this clock offset between nodes (default: 100)
-  --straggler-threshold P WARN for a node whose GEMM or memory bandwidth is more than P% below the nodes'
-                          median (default: 20, as ddp-train's)
-  --list-checks           list every check: its name in the report, where it runs, what it checks and the
-                          option that moves its threshold
-  -h, --help              this text
 )";
-}
 
 }  // namespace
 
@@ -125,28 +112,11 @@ uint64_t parse_size(const std::string& text, const std::string& what) {
 
 DoctorOptions parse_doctor_options(const std::vector<std::string>& args) {
   DoctorOptions options;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "-h" || arg == "--help") {
-      options.help = true;
-    } else if (arg == "--list-checks") {
-      options.list_checks = true;
-    } else if (arg == "--json") {
-      options.json = true;
-    } else if (arg == "--quick") {
-      options.quick = true;
-    } else {
-      const size_t equals = arg.find('=');
-      const std::string name = arg.substr(0, equals);
-      const auto option = valued_options().find(name);
-      if (option == valued_options().end()) {
-        throw Error("unknown option " + quote(arg) + "; ddp-doctor --help lists the options");
-      }
-      if (equals == std::string::npos && i + 1 >= args.size()) {
-        throw Error("option " + name + " needs a value, like " + name + "=VALUE");
-      }
-      option->second(options, equals == std::string::npos ? args[++i] : arg.substr(equals + 1));
-    }
+  const cli::Arguments found = cli::parse(option_table(), options, args, "ddp-doctor");
+  options.help = found.help;
+  if (!found.help && !found.positionals.empty()) {
+    throw Error("unexpected argument " + quote(found.positionals.front()) +
+                ": ddp-doctor takes options only; run ddp-doctor --help");
   }
   return options;
 }
@@ -180,9 +150,10 @@ std::string doctor_usage(const DoctorOptions& options, size_t backends) {
   const auto seconds = [](TimeBudget::ms duration) {
     return format_fixed(static_cast<double>(duration.count()) / 1000, duration.count() % 1000 ? 1 : 0) + " s";
   };
-  return usage_text() + "\ntime budget: with these options a rank ends within " + seconds(budget.total(0, backends)) +
-         " + " + seconds(budget.link_pair) + " per node, however its peers fail (--timeout " +
-         seconds(options.timeout) + " for each wait between ranks" + (options.quick ? ", --quick" : "") + ")\n";
+  return kUsageIntro + ("options:\n" + cli::options_text(option_table(), DoctorOptions{})) +
+         "\ntime budget: with these options a rank ends within " + seconds(budget.total(0, backends)) + " + " +
+         seconds(budget.link_pair) + " per node, however its peers fail (--timeout " + seconds(options.timeout) +
+         " for each wait between ranks" + (options.quick ? ", --quick" : "") + ")\n";
 }
 
 }  // namespace ddp::doctor

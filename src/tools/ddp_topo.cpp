@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "binding.hpp"
+#include "command_line.hpp"
 #include "error.hpp"
 #include "id_list.hpp"
 #include "json_string.hpp"
@@ -18,22 +19,12 @@
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kUsageIntro =
     "usage: ddp-topo [--xml FILE] [--tasks N] [--gpus LIST [--constrain-devices]] [--cpus LIST | --cores LIST]\n"
     "                [--master ADDR] [--nic NAME] [--matrix] [--json]\n"
     "Prints the GPU, NIC, HCA and CPUs srun --ddp gives each task of a node, the rule that chose them, and what\n"
-    "each task exports.\n"
-    "  --xml FILE            read an hwloc XML export (lstopo --of xml) instead of this machine ($HWLOC_XMLFILE too)\n"
-    "  --tasks N             tasks on the node (default: one per GPU, or 1 without GPUs)\n"
-    "  --gpus LIST           GPUs Slurm gave the step, as SLURM_STEP_GPUS: /dev/nvidiaN numbers (AMD: ROCm SMI\n"
-    "                        indices), e.g. 0-3\n"
-    "  --constrain-devices   as under ConstrainDevices=yes: tasks see only those GPUs, numbered from 0\n"
-    "  --cpus LIST           CPU ids the step may use, e.g. 0-11,48-59 (default: all)\n"
-    "  --cores LIST          Slurm core ids the step got, as S_STEP_ALLOC_CORES, e.g. 0-5,24-29\n"
-    "  --master ADDR         choose each task's NCCL/GLOO_SOCKET_IFNAME towards ADDR (this machine only)\n"
-    "  --nic NAME            the socket interface --ddp-nic=NAME would force (this machine only)\n"
-    "  --matrix              also print the GPU/NIC/HCA closeness matrix, like nvidia-smi topo -m\n"
-    "  --json                print JSON instead of tables\n"
+    "each task exports.\n";
+constexpr const char* kUsageEnd =
     "Closeness: PIX one PCIe switch, PXB several switches, PHB one host bridge, NODE one NUMA node,\n"
     "PKG one package (NCCL: SYS), SYS across packages.\n";
 
@@ -51,67 +42,45 @@ struct CliOptions {
   bool help = false;
 };
 
-// Accepts "--name value" and "--name=value".
-class Arguments {
- public:
-  Arguments(int argc, char** argv) : args_(argv + 1, argv + argc) {}
-  bool done() const { return next_ >= args_.size(); }
-  std::string name() {
-    std::string arg = args_[next_++];
-    const size_t equals = arg.find('=');
-    inline_value_.reset();
-    if (arg.rfind("--", 0) == 0 && equals != std::string::npos) {
-      inline_value_ = arg.substr(equals + 1);
-      arg.resize(equals);
-    }
-    return arg;
-  }
-  std::string value(const std::string& option) {
-    if (inline_value_) return *std::exchange(inline_value_, std::nullopt);
-    if (done()) throw ddp::Error(option + " needs a value; see ddp-topo --help");
-    return args_[next_++];
-  }
-  bool flag(const std::string& option) const {
-    if (inline_value_) throw ddp::Error(option + " takes no value; see ddp-topo --help");
-    return true;
-  }
+using Value = const std::string&;
 
- private:
-  std::vector<std::string> args_;
-  size_t next_ = 0;
-  std::optional<std::string> inline_value_;
-};
+const ddp::cli::Table<CliOptions>& option_table() {
+  static const ddp::cli::Table<CliOptions> table = {
+      {"--xml", "FILE", "read an hwloc XML export (lstopo --of xml) instead of this machine ($HWLOC_XMLFILE too)",
+       [](CliOptions& o, Value v) { o.xml = v; }},
+      {"--tasks", "N", "tasks on the node (default: one per GPU, or 1 without GPUs)",
+       [](CliOptions& o, Value v) { o.tasks = ddp::cli::whole<unsigned>(v, 1, 65536); }, nullptr, "4"},
+      {"--gpus", "LIST",
+       "GPUs Slurm gave the step, as SLURM_STEP_GPUS: /dev/nvidiaN numbers (AMD: ROCm SMI\n"
+       "indices), e.g. 0-3",
+       [](CliOptions& o, Value v) { o.gpus = ddp::parse_id_list(v, "--gpus"); }},
+      {"--constrain-devices", "", "as under ConstrainDevices=yes: tasks see only those GPUs, numbered from 0",
+       [](CliOptions& o, Value) { o.constrain_devices = true; }},
+      {"--cpus", "LIST", "CPU ids the step may use, e.g. 0-11,48-59 (default: all)",
+       [](CliOptions& o, Value v) { o.cpus = ddp::parse_id_list(v, "--cpus"); }},
+      {"--cores", "LIST", "Slurm core ids the step got, as S_STEP_ALLOC_CORES, e.g. 0-5,24-29",
+       [](CliOptions& o, Value v) { o.cores = ddp::parse_id_list(v, "--cores"); }},
+      {"--master", "ADDR", "choose each task's NCCL/GLOO_SOCKET_IFNAME towards ADDR (this machine only)",
+       [](CliOptions& o, Value v) { o.master = v; }},
+      {"--nic", "NAME", "the socket interface --ddp-nic=NAME would force (this machine only)",
+       [](CliOptions& o, Value v) { o.nic = v; }},
+      {"--matrix", "", "also print the GPU/NIC/HCA closeness matrix, like nvidia-smi topo -m",
+       [](CliOptions& o, Value) { o.matrix = true; }},
+      {"--json", "", "print JSON instead of tables", [](CliOptions& o, Value) { o.json = true; }},
+  };
+  return table;
+}
+
+std::string usage() { return kUsageIntro + ddp::cli::options_text(option_table(), CliOptions{}) + kUsageEnd; }
 
 CliOptions parse_options(int argc, char** argv) {
   CliOptions options;
-  Arguments args(argc, argv);
-  while (!args.done()) {
-    const std::string option = args.name();
-    if (option == "--xml") {
-      options.xml = args.value(option);
-    } else if (option == "--tasks") {
-      options.tasks = static_cast<unsigned>(ddp::require_uint(args.value(option), 1, 65536, "--tasks"));
-    } else if (option == "--gpus") {
-      options.gpus = ddp::parse_id_list(args.value(option), "--gpus");
-    } else if (option == "--cpus") {
-      options.cpus = ddp::parse_id_list(args.value(option), "--cpus");
-    } else if (option == "--cores") {
-      options.cores = ddp::parse_id_list(args.value(option), "--cores");
-    } else if (option == "--master") {
-      options.master = args.value(option);
-    } else if (option == "--nic") {
-      options.nic = args.value(option);
-    } else if (option == "--constrain-devices") {
-      options.constrain_devices = args.flag(option);
-    } else if (option == "--matrix") {
-      options.matrix = args.flag(option);
-    } else if (option == "--json") {
-      options.json = args.flag(option);
-    } else if (option == "--help" || option == "-h") {
-      options.help = args.flag(option);
-    } else {
-      throw ddp::Error("unknown option " + ddp::quote(option) + "; see ddp-topo --help");
-    }
+  const auto found =
+      ddp::cli::parse(option_table(), options, std::vector<std::string>(argv + 1, argv + argc), "ddp-topo");
+  options.help = found.help;
+  if (!found.help && !found.positionals.empty()) {
+    throw ddp::Error("unexpected argument " + ddp::quote(found.positionals.front()) +
+                     ": ddp-topo takes options only; see ddp-topo --help");
   }
   if (options.cpus && options.cores) throw ddp::Error("--cpus and --cores both give the step's CPUs; use one");
   if (options.constrain_devices && !options.gpus) throw ddp::Error("--constrain-devices needs --gpus LIST");
@@ -329,7 +298,7 @@ int main(int argc, char** argv) {
   try {
     const CliOptions options = parse_options(argc, argv);
     if (options.help) {
-      std::fputs(kUsage, stdout);
+      std::fputs(usage().c_str(), stdout);
       return 0;
     }
     const Report report = make_report(options);

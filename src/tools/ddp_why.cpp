@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "command_line.hpp"
 #include "error.hpp"
 #include "failure_report.hpp"
 #include "parse.hpp"
@@ -27,7 +28,7 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: ddp-why [options] JOBID[.STEP]
+constexpr const char* kUsageIntro = R"(usage: ddp-why [options] JOBID[.STEP]
 
 Names the first failure of a --ddp step: rank, node, exit status, the exception and its traceback, from the
 reports its tasks left (TORCHELASTIC_ERROR_FILE, written by PyTorch's @record and by ddp-train) and from srun's
@@ -36,12 +37,9 @@ the last lines of its own output when srun labelled each line with its task (sru
 of the step's output before the failure, whatever task wrote them. JOBID alone: the job's latest step that left
 reports.
 options:
-  --log-dir DIR     where the steps' reports are (default: DDP_LOG_DIR, else ~/.cache/slurm-ddp)
-  --stderr FILE     srun's standard error of the step (default: the job's StdErr file, from scontrol)
-  --since SECONDS   ignore reports written before this time (seconds since 1970), e.g. a restart's start
-  --lines N         lines of output shown for a task without a report (20)
-exit status: 0 a failure was shown, 1 no failure found, 2 bad usage or unreadable reports
 )";
+constexpr const char* kUsageEnd =
+    "exit status: 0 a failure was shown, 1 no failure found, 2 bad usage or unreadable reports\n";
 
 constexpr std::size_t kMaxStderrBytes = 4 << 20;
 constexpr std::size_t kMaxLine = 4096;            // bytes of one line of a report or of the tasks' output, as printed
@@ -55,32 +53,38 @@ struct Args {
   std::size_t lines = 20;
   std::string job;
   std::string step;  // empty: the latest step that left reports
+  bool help = false;
 };
+
+using Value = const std::string&;
+
+const ddp::cli::Table<Args>& option_table() {
+  static const ddp::cli::Table<Args> table = {
+      {"--log-dir", "DIR", "where the steps' reports are (default: DDP_LOG_DIR, else ~/.cache/slurm-ddp)",
+       [](Args& a, Value v) { a.log_dir = v; }},
+      {"--stderr", "FILE", "srun's standard error of the step (default: the job's StdErr file, from scontrol)",
+       [](Args& a, Value v) { a.stderr_file = v; }},
+      {"--since", "SECONDS", "ignore reports written before this time (seconds since 1970), e.g. a restart's start",
+       [](Args& a, Value v) {
+         a.since = static_cast<double>(ddp::cli::whole<uint64_t>(v, 0, 1ULL << 40));
+         a.since_given = true;
+       },
+       nullptr, "$(date +%s)"},
+      {"--lines", "N", "lines of output shown for a task without a report",
+       [](Args& a, Value v) { a.lines = ddp::cli::whole<std::size_t>(v, 1, 100000); },
+       [](const Args& a) { return std::to_string(a.lines); }},
+  };
+  return table;
+}
+
+std::string usage() { return kUsageIntro + ddp::cli::options_text(option_table(), Args{}) + kUsageEnd; }
 
 Args parse_args(int argc, char** argv) {
   Args args;
-  std::vector<std::string> positionals;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ddp::Error(arg + " needs a value; run ddp-why --help");
-      return argv[++i];
-    };
-    if (arg == "--log-dir") {
-      args.log_dir = value();
-    } else if (arg == "--stderr") {
-      args.stderr_file = value();
-    } else if (arg == "--since") {
-      args.since = static_cast<double>(ddp::require_uint(value(), 0, 1ULL << 40, "--since"));
-      args.since_given = true;
-    } else if (arg == "--lines") {
-      args.lines = ddp::require_uint(value(), 1, 100000, "--lines");
-    } else if (arg.rfind("-", 0) == 0) {
-      throw ddp::Error("unknown option " + ddp::quote(arg) + "; run ddp-why --help");
-    } else {
-      positionals.push_back(arg);
-    }
-  }
+  const auto found = ddp::cli::parse(option_table(), args, std::vector<std::string>(argv + 1, argv + argc), "ddp-why");
+  args.help = found.help;
+  if (found.help) return args;
+  const std::vector<std::string>& positionals = found.positionals;
   if (positionals.size() != 1) throw ddp::Error("expected one JOBID or JOBID.STEP; run ddp-why --help");
   const std::string& id = positionals[0];
   const std::size_t dot = id.find('.');
@@ -354,14 +358,13 @@ int run(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::cout << kUsage;
+  try {
+    const Args args = parse_args(argc, argv);
+    if (args.help) {
+      std::cout << usage();
       return 0;
     }
-  }
-  try {
-    return run(parse_args(argc, argv));
+    return run(args);
   } catch (const ddp::Error& e) {
     std::cerr << "ddp-why: " << e.what() << "\n";
     return 2;

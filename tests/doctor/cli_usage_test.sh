@@ -15,9 +15,9 @@ expect_usage_error() {
   [ ! -s "$WORK/out" ] || fail "$*: printed a report for bad input"
 }
 
-expect_usage_error "ddp-doctor: --workers 'many' is not a whole number from 0 to 4096" "$DOCTOR" --workers many
-expect_usage_error "ddp-doctor: unknown option '--frobnicate'; ddp-doctor --help lists the options" \
-  "$DOCTOR" --frobnicate
+expect_usage_error "ddp-doctor: --workers 'many' is not a whole number from 0 to 4096; e.g. --workers 8" \
+  "$DOCTOR" --workers many
+expect_usage_error "ddp-doctor: unknown option '--frobnicate'; run ddp-doctor --help" "$DOCTOR" --frobnicate
 expect_usage_error "ddp-doctor: RANK '5' is not below WORLD_SIZE 2" RANK=5 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
   MASTER_PORT=29999 "$DOCTOR"
 expect_usage_error "ddp-doctor: MASTER_PORT 'http' is not a whole number from 1 to 65535" RANK=0 WORLD_SIZE=2 \

@@ -31,11 +31,14 @@ TEST(DoctorOptions, BothSpellingsOfValuedOptions) {
 }
 
 TEST(DoctorOptions, BadInputIsOneLineNamingTheValueAndTheFix) {
-  EXPECT_EQ(error_of({"--workers", "many"}), "--workers 'many' is not a whole number from 0 to 4096");
-  EXPECT_EQ(error_of({"--frobnicate"}), "unknown option '--frobnicate'; ddp-doctor --help lists the options");
-  EXPECT_EQ(error_of({"--snapshot-dir"}), "option --snapshot-dir needs a value, like --snapshot-dir=VALUE");
-  EXPECT_EQ(error_of({"--timeout=-1"}), "--timeout '-1' is not a positive number; write it like 10 or 2.5");
-  EXPECT_EQ(error_of({"--master-port=70000"}), "--master-port '70000' is not a whole number from 1 to 65535");
+  EXPECT_EQ(error_of({"--workers", "many"}), "--workers 'many' is not a whole number from 0 to 4096; e.g. --workers 8");
+  EXPECT_EQ(error_of({"--frobnicate"}), "unknown option '--frobnicate'; run ddp-doctor --help");
+  EXPECT_EQ(error_of({"--snapshot-dir"}), "--snapshot-dir needs a value; run ddp-doctor --help");
+  EXPECT_EQ(error_of({"--quick=yes"}), "--quick takes no value; run ddp-doctor --help");
+  EXPECT_EQ(error_of({"report"}), "unexpected argument 'report': ddp-doctor takes options only; run ddp-doctor --help");
+  EXPECT_EQ(error_of({"--timeout=-1"}), "--timeout '-1' is not a positive number; e.g. --timeout 30");
+  EXPECT_EQ(error_of({"--master-port=70000"}),
+            "--master-port '70000' is not a whole number from 1 to 65535; e.g. --master-port 29500");
   EXPECT_EQ(error_of({"--snapshot-size=4X"}),
             "--snapshot-size '4X' is not a size; write it in bytes or with K, M, G or T, like 4G");
 }
@@ -60,6 +63,8 @@ TEST(DoctorOptions, TheTimeBudgetFollowsTimeoutAndQuickAndHelpPrintsIt) {
   EXPECT_EQ(budget.total(0, 1), std::chrono::seconds(168));
   EXPECT_EQ(budget.total(4, 1), std::chrono::seconds(168 + 42));
   const std::string usage = doctor_usage(quick, 1);
+  EXPECT_TRUE(testing::contains(usage, "  --timeout SECONDS ")) << usage;
+  EXPECT_TRUE(testing::contains(usage, " longest wait for another rank at any step (default: 30)\n")) << usage;
   EXPECT_TRUE(testing::contains(usage, "time budget: with these options a rank ends within 168 s + 10.5 s per node"))
       << usage;
   // Without --quick: node checks are the 20 s disk write + 10 s node speed + 30 s + --timeout 30 s.

@@ -36,9 +36,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return found->second;
   };
   try {
-    const ddp::runtime::TrainOptions options = ddp::runtime::parse_train_args(args, env);
-    if (!options.help && (options.total_epochs < 1 || options.batch_size < 1 || options.keep < 1 ||
-                          !ddp::runtime::is_valid_run_id(options.run_id) || options.snapshot_dir.empty())) {
+    const ddp::runtime::ParsedTrainArgs parsed = ddp::runtime::parse_train_args(args, env);
+    const ddp::runtime::TrainOptions& options = parsed.options;
+    if (!parsed.help && (options.total_epochs < 1 || options.batch_size < 1 || options.keep < 1 ||
+                         !ddp::runtime::is_valid_run_id(options.run_id) || options.snapshot_dir.empty())) {
       std::abort();
     }
   } catch (const ddp::Error&) {

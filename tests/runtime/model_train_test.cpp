@@ -349,7 +349,8 @@ TEST_F(DdpTrainModel, RefusesABadModelOrLossOnEveryRankWithOneLineBeforeTheFirst
   expect_refused(d + "/tuple.pt", d + "/data.pt", {},
                  "calls forward with one tensor (a batch of inputs) and needs one tensor back");
   expect_refused(d + "/mlp.pt", d + "/data.pt", {"--loss", "mse"},
-                 "--loss mse needs floating-point targets shaped like the output");
+                 "--loss mse needs floating-point targets shaped like the output (class indices take --loss "
+                 "cross-entropy or nll)");
   expect_refused(d + "/mlp.pt", d + "/regression.pt", {"--loss", "nll"},
                  "--loss nll needs outputs [batch, classes, ...]");
   expect_refused(d + "/mlp.pt", d + "/ten.pt", {},

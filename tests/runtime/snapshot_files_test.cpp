@@ -126,7 +126,7 @@ TEST(SnapshotNames, TheRunIsTheOptionElseTheSlurmJobElseTorchrunsElseDefault) {
                               if (found == vars.end()) return std::nullopt;
                               return found->second;
                             })
-        .run_id;
+        .options.run_id;
   };
   EXPECT_EQ(run_of({"--run-id", "mine"}, {{"SLURM_JOB_ID", "4711"}}), "mine");
   EXPECT_EQ(run_of({}, {{"SLURM_JOB_ID", "4711"}, {"TORCHELASTIC_RUN_ID", "4711.3"}}), "4711");
