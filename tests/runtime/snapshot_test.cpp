@@ -33,7 +33,9 @@ namespace {
 
 using ddp::runtime::testing::listing;
 
-constexpr float kMarker = 1234.5f;  // a value easy to find among the file's bytes
+using testing::ignore_warnings;
+using testing::kSnapshotMarker;
+using testing::sample_snapshot;
 
 namespace fs = std::filesystem;
 
@@ -53,25 +55,6 @@ struct Warnings {
     return text;
   }
 };
-
-Warn ignore_warnings() {
-  return [](const std::string&) {};
-}
-
-SnapshotContent sample(int64_t global_step, float fill = kMarker, const std::string& run_id = "7") {
-  SnapshotContent c;
-  c.model_state = {{"weight", at::full({4, 5}, fill)}, {"bias", at::arange(4, at::kFloat)}};
-  OptimizerState o;
-  o.lr = 0.01;
-  o.initial_lr = 0.02;
-  o.momentum = 0.9;
-  o.per_param = {{{"momentum_buffer", at::full({4, 5}, 0.25f)}}, {}};
-  c.optimizer = o;
-  c.rng_state = at::detail::getDefaultCPUGenerator().get_state();
-  c.progress = {3, 7, global_step, 11, 2, 32};
-  c.run_id = run_id;
-  return c;
-}
 
 void expect_same(const SnapshotContent& a, const SnapshotContent& b) {
   ASSERT_EQ(a.model_state.size(), b.model_state.size());
@@ -113,7 +96,7 @@ void expect_same(const SnapshotContent& a, const SnapshotContent& b) {
 
 void flip_marker(const std::string& path) {
   std::string bytes = testing::read_text(path);
-  const std::string marker(reinterpret_cast<const char*>(&kMarker), sizeof kMarker);
+  const std::string marker(reinterpret_cast<const char*>(&kSnapshotMarker), sizeof kSnapshotMarker);
   const std::size_t at = bytes.find(marker);
   ASSERT_NE(at, std::string::npos);
   bytes[at] ^= 0x01;
@@ -122,7 +105,7 @@ void flip_marker(const std::string& path) {
 
 TEST(Snapshot, RoundTripsEverythingItHoldsInAPrivateFile) {
   SnapshotStore store(testing::make_temp_dir(), 3, "7", ignore_warnings());
-  const SnapshotContent saved = sample(320);
+  const SnapshotContent saved = sample_snapshot(320);
   const std::string path = store.save(saved);
   EXPECT_EQ(path, store.dir() + "/snapshot-e000003-s000000000320-r7.pt");
   expect_same(saved, read_snapshot(path));
@@ -133,7 +116,7 @@ TEST(Snapshot, RoundTripsEverythingItHoldsInAPrivateFile) {
 
 TEST(Snapshot, RoundTripsAdamWState) {
   SnapshotStore store(testing::make_temp_dir(), 3, "7", ignore_warnings());
-  SnapshotContent saved = sample(5);
+  SnapshotContent saved = sample_snapshot(5);
   OptimizerState& o = *saved.optimizer;
   o.kind = OptimizerKind::AdamW;
   o.momentum = 0.0;  // SGD's, not written for AdamW
@@ -151,7 +134,7 @@ TEST(Snapshot, WritesInTheBackgroundFromStagedCopiesAndKeepsTheLastK) {
   SnapshotStore store(testing::make_temp_dir(), 2, "7", ignore_warnings());
   std::mutex mutex;
   std::vector<std::string> saved_paths;
-  SnapshotContent live = sample(0);
+  SnapshotContent live = sample_snapshot(0);
   for (int64_t step = 1; step <= 4; ++step) {
     live.progress.global_step = step;
     live.model_state[0].second.fill_(static_cast<float>(step));
@@ -179,9 +162,9 @@ TEST(Snapshot, NewestValidWinsAndCorruptOrTruncatedOnesAreSetAsideWithAWarningNa
   std::string oldest, truncated, corrupt;
   {
     SnapshotStore writer(dir, 5, "7", ignore_warnings());
-    oldest = writer.save(sample(10));
-    truncated = writer.save(sample(20));
-    corrupt = writer.save(sample(30));
+    oldest = writer.save(sample_snapshot(10));
+    truncated = writer.save(sample_snapshot(20));
+    corrupt = writer.save(sample_snapshot(30));
   }
   flip_marker(corrupt);
   const std::string bytes = testing::read_text(truncated);
@@ -221,7 +204,7 @@ TEST(Snapshot, AJunkFileWithAHigherStepNeverCostsTheRunItsSnapshots) {
   // Junk planted while the run writes: never counted, never the reason to delete a new snapshot.
   std::string last;
   for (int64_t step : {100, 200, 300}) {
-    last = store.save(sample(step));
+    last = store.save(sample_snapshot(step));
     testing::write_bytes(dir + "/" + snapshot_file_name({"7", 998, 999998}), "more junk");
   }
   std::vector<std::string> expected{fs::path(junk_unnamed).filename().string(), fs::path(last).filename().string(),
@@ -240,8 +223,8 @@ TEST(Snapshot, TwoRunsSharingADirectoryNeitherResumeFromNorPruneTheOthers) {
   SnapshotStore a(dir, 2, "a", ignore_warnings());
   SnapshotStore b(dir, 2, "b", ignore_warnings());
   for (int64_t step = 1; step <= 3; ++step) {
-    a.save(sample(step, 1.0f, "a"));
-    b.save(sample(step * 100, 2.0f, "b"));
+    a.save(sample_snapshot(step, 1.0f, "a"));
+    b.save(sample_snapshot(step * 100, 2.0f, "b"));
   }
   EXPECT_EQ(listing(dir).size(), 4u);
   EXPECT_EQ(SnapshotFiles(dir, "a").this_runs().size(), 2u);
@@ -268,13 +251,13 @@ TEST(Snapshot, OlderSnapshotsOfAnEarlierProcessAreReadBackBeforeTheyAreRemoved) 
   std::vector<std::string> earlier;
   {
     SnapshotStore first(dir, 3, "7", ignore_warnings());
-    for (int64_t step = 1; step <= 3; ++step) earlier.push_back(first.save(sample(step)));
+    for (int64_t step = 1; step <= 3; ++step) earlier.push_back(first.save(sample_snapshot(step)));
   }
   flip_marker(earlier[0]);
   Warnings warnings;
   SnapshotStore second(dir, 1, "7", warnings.sink());
   ASSERT_EQ(second.resume()->path, earlier[2]);
-  const std::string newest = second.save(sample(4));
+  const std::string newest = second.save(sample_snapshot(4));
   EXPECT_EQ(listing(dir), (std::vector<std::string>{fs::path(earlier[0]).filename().string() + ".corrupt",
                                                     fs::path(newest).filename().string()}));
   EXPECT_NE(warnings.all().find(earlier[0] + " fails its checksum; set aside"), std::string::npos) << warnings.all();
@@ -287,8 +270,8 @@ TEST(Snapshot, ASnapshotMissingAFieldIsCorruptAndResumeUsesThePreviousOne) {
   std::string previous, newest;
   {
     SnapshotStore writer(dir, 3, "7", ignore_warnings());
-    previous = writer.save(sample(10));
-    newest = writer.save(sample(20));
+    previous = writer.save(sample_snapshot(10));
+    newest = writer.save(sample_snapshot(20));
   }
   const std::string bytes = testing::read_text(newest);
   const c10::IValue loaded = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
@@ -343,7 +326,7 @@ TEST(Snapshot, PythonTorchLoadReadsItAsAPlainDictWithTheSeedsKeys) {
   const std::string python = testing::torch_python();
   if (python.empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
   SnapshotStore store(testing::make_temp_dir(), 3, "7", ignore_warnings());
-  const std::string path = store.save(sample(320, 2.0f));
+  const std::string path = store.save(sample_snapshot(320, 2.0f));
   const testing::Result result = testing::run({python, testing::python_script("snapshot_io.py"), "read", path});
   ASSERT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("type dict\n"), std::string::npos) << result.output;
@@ -378,7 +361,7 @@ TEST(Snapshot, ReadsTheDictTheSeedScriptSaves) {
 // (a crash, another exception) fails the test.
 TEST(Snapshot, CorruptedBytesAnywhereAreRefusedOrLoadNeverCrash) {
   const std::string dir = testing::make_temp_dir();
-  const std::string path = SnapshotStore(dir, 1, "7", ignore_warnings()).save(sample(3));
+  const std::string path = SnapshotStore(dir, 1, "7", ignore_warnings()).save(sample_snapshot(3));
   const std::string bytes = testing::read_text(path);
   const std::string variant = dir + "/variant.pt";
   int refused = 0, loaded = 0;
@@ -418,7 +401,7 @@ long status_kib(const std::string& field) {
 // three times the snapshot on every rank at once. Measured in a fresh process, so that nothing else moved its peak.
 TEST(Snapshot, ReadingKeepsOneCopyOfTheSnapshotInMemory) {
   const std::string dir = testing::make_temp_dir();
-  SnapshotContent big = sample(1);
+  SnapshotContent big = sample_snapshot(1);
   big.model_state[0].second = at::rand({16 * 1024 * 1024});  // 64 MiB
   const std::string path = SnapshotStore(dir, 1, "7", ignore_warnings()).save(big);
   const double size = static_cast<double>(fs::file_size(path));
@@ -445,104 +428,6 @@ TEST(Snapshot, AFullDiskIsReportedAtOnceRetriedAndEndsTheRunOnlyAfterThreeFailur
                    {{"RUNTIME_TEST_WORKER", "snapshot-full-disk"}, {"SNAPSHOT_MOUNT", dir}});
   EXPECT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("full-disk worker: all checks passed"), std::string::npos) << result.output;
-}
-
-c10::IValue read_bytes(const std::string& bytes) {
-  return read_torch_save(bytes_in_memory(std::vector<char>(bytes.begin(), bytes.end())));
-}
-
-TEST(PickleReader, ReadsEveryValueTorchSaveWritesIntoAStateDictOrADataFile) {
-  const std::string python = testing::torch_python();
-  if (python.empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
-  const std::string path = testing::make_temp_dir() + "/zoo.pt";
-  ASSERT_EQ(testing::run({python, testing::python_script("snapshot_io.py"), "write-zoo", path}).status, 0);
-  const auto zoo = read_torch_save(map_file(path)).toGenericDict();
-  const auto ordered = zoo.at("ordered").toGenericDict();
-  EXPECT_EQ(ordered.at("b").toInt(), 1);
-  EXPECT_EQ(ordered.at("a").toInt(), 2);
-  std::vector<int64_t> ints;
-  const auto int_list = zoo.at("ints").toList();
-  for (std::size_t i = 0; i < int_list.size(); ++i) ints.push_back(int_list.get(i).toInt());
-  EXPECT_EQ(ints, (std::vector<int64_t>{0, 255, 65535, -1, 2147483647, -2147483648LL, 1LL << 40, -(1LL << 40),
-                                        std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}));
-  const auto floats = zoo.at("floats").toTupleRef().elements();
-  EXPECT_EQ(floats[0].toDouble(), 1.5);
-  EXPECT_TRUE(std::signbit(floats[1].toDouble()));
-  EXPECT_EQ(floats[2].toDouble(), 1e300);
-  const auto flags = zoo.at("flags").toList();
-  EXPECT_TRUE(flags.get(0).toBool());
-  EXPECT_FALSE(flags.get(1).toBool());
-  EXPECT_TRUE(flags.get(2).isNone());
-  EXPECT_EQ(zoo.at("text").toStringRef(), "h\xc3\xa9llo");
-  const auto nested = zoo.at("nested").toGenericDict();
-  EXPECT_EQ(nested.at(int64_t{7}).toStringRef(), "int key");
-  EXPECT_EQ(nested.at("t").toTupleRef().elements()[1].toTupleRef().elements()[1].toList().get(0).toInt(), 3);
-
-  const at::Tensor base = at::arange(12, at::kFloat);
-  const at::Tensor transposed = zoo.at("transposed").toTensor();
-  EXPECT_TRUE(at::equal(transposed, base.reshape({3, 4}).t()));
-  EXPECT_EQ(transposed.strides(), (std::vector<int64_t>{1, 4}));
-  const at::Tensor view_a = zoo.at("view_a").toTensor();
-  const at::Tensor view_b = zoo.at("view_b").toTensor();
-  EXPECT_TRUE(at::equal(view_a, base.slice(0, 2, 5)));
-  EXPECT_TRUE(at::equal(view_b, base.slice(0, 4)));
-  EXPECT_TRUE(view_a.storage().is_alias_of(view_b.storage())) << "one storage, as saved";
-  EXPECT_TRUE(at::equal(zoo.at("half").toTensor(), at::tensor({1.0, -2.5}).to(at::kHalf)));
-  EXPECT_TRUE(at::equal(zoo.at("bytes").toTensor(), at::tensor({1, 200}, at::kInt).to(at::kByte)));
-  EXPECT_TRUE(at::equal(zoo.at("mask").toTensor(), at::tensor({1, 0}, at::kInt).to(at::kBool)));
-  EXPECT_TRUE(at::equal(zoo.at("long").toTensor(), at::tensor({int64_t{-3}, int64_t{1} << 40})));
-  EXPECT_EQ(zoo.at("empty").toTensor().sizes(), (std::vector<int64_t>{0, 3}));
-  EXPECT_EQ(zoo.at("scalar").toTensor().dim(), 0);
-  EXPECT_EQ(zoo.at("scalar").toTensor().item<double>(), 4.25);
-  EXPECT_TRUE(at::equal(zoo.at("parameter").toTensor(), at::ones({2})));
-  EXPECT_EQ(zoo.at("state_dict").toGenericDict().at("weight").toTensor().sizes(), (std::vector<int64_t>{3, 2}));
-}
-
-TEST(PickleReader, RefusesPythonObjectsAndLegacyFilesNamingThem) {
-  const std::string python = testing::torch_python();
-  if (python.empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
-  const std::string dir = testing::make_temp_dir();
-  ASSERT_EQ(testing::run({python, testing::python_script("snapshot_io.py"), "write-set", dir + "/set.pt"}).status, 0);
-  try {
-    read_torch_save(map_file(dir + "/set.pt"));
-    FAIL() << "a Python set was read";
-  } catch (const UnreadableArchive& e) {
-    EXPECT_NE(std::string(e.what()).find("set; only tensors, dicts, lists, tuples, numbers and strings are read"),
-              std::string::npos)
-        << e.what();
-  }
-  ASSERT_EQ(testing::run({python, "-c",
-                          "import torch, sys; torch.save({'a': 1}, sys.argv[1], _use_new_zipfile_serialization=False)",
-                          dir + "/legacy.pt"})
-                .status,
-            0);
-  try {
-    read_torch_save(map_file(dir + "/legacy.pt"));
-    FAIL() << "a legacy file was read";
-  } catch (const UnreadableArchive& e) {
-    EXPECT_NE(std::string(e.what()).find("legacy format"), std::string::npos) << e.what();
-  }
-}
-
-// Every truncation of a snapshot is refused, and every flipped byte ends in UnreadableArchive or in a value (the
-// checksum is the snapshot's business): never a crash, never another exception.
-TEST(PickleReader, NeverCrashesOnATruncatedOrDamagedFile) {
-  SnapshotStore store(testing::make_temp_dir(), 3, "7", ignore_warnings());
-  const std::string bytes = testing::read_text(store.save(sample(7)));
-  for (std::size_t size = 0; size < bytes.size(); size += size < 256 || bytes.size() - size < 256 ? 1 : 61) {
-    EXPECT_THROW(read_bytes(bytes.substr(0, size)), UnreadableArchive) << "truncated to " << size << " bytes";
-  }
-  int refused = 0;
-  for (std::size_t at = 0; at < bytes.size(); ++at) {
-    std::string damaged = bytes;
-    damaged[at] = static_cast<char>(damaged[at] ^ (at % 7 == 0 ? 0xff : 0x11));
-    try {
-      read_bytes(damaged);
-    } catch (const UnreadableArchive&) {
-      ++refused;
-    }
-  }
-  EXPECT_GT(refused, 0);
 }
 
 }  // namespace
@@ -585,7 +470,7 @@ int full_disk_worker() {
   }
   Warnings warnings;
   SnapshotStore store(dir + "/snapshots", 1, "7", warnings.sink());
-  SnapshotContent state = sample(1);
+  SnapshotContent state = sample_snapshot(1);
   state.model_state[0].second = at::rand({50000});  // 200 KB: two fit, the filler leaves room for none
   int saved = 0;
   const auto save = [&](int64_t step) {

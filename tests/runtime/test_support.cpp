@@ -1,5 +1,7 @@
 #include "test_support.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Functions.h>
 #include "ddp_runtime/mapped_file.hpp"
 #include "ddp_runtime/pickle_reader.hpp"
 
@@ -24,6 +26,26 @@
 extern char** environ;
 
 namespace ddp::runtime::testing {
+
+SnapshotContent sample_snapshot(int64_t global_step, float fill, const std::string& run_id) {
+  SnapshotContent c;
+  c.model_state = {{"weight", at::full({4, 5}, fill)}, {"bias", at::arange(4, at::kFloat)}};
+  OptimizerState o;
+  o.lr = 0.01;
+  o.initial_lr = 0.02;
+  o.momentum = 0.9;
+  o.per_param = {{{"momentum_buffer", at::full({4, 5}, 0.25f)}}, {}};
+  c.optimizer = o;
+  c.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  c.progress = {3, 7, global_step, 11, 2, 32};
+  c.run_id = run_id;
+  return c;
+}
+
+Warn ignore_warnings() {
+  return [](const std::string&) {};
+}
+
 namespace {
 
 bool is_launcher_variable(const std::string& name) {

@@ -1,5 +1,6 @@
 #pragma once
-// Helpers for runtime tests that start real processes: ddp-train ranks, this binary as a worker, Python.
+// Helpers for runtime tests that start real processes (ddp-train ranks, this binary as a worker, Python), and a
+// sample snapshot.
 #include <ATen/core/Dict.h>
 #include <sys/types.h>
 
@@ -8,7 +9,19 @@
 #include <string>
 #include <vector>
 
+#include "ddp_runtime/snapshot.hpp"
+
 namespace ddp::runtime::testing {
+
+// A value easy to find among a snapshot file's bytes: sample_snapshot's weights by default.
+inline constexpr float kSnapshotMarker = 1234.5f;
+
+// A snapshot's content with every field set: a 4x5 weight filled with `fill` and a bias, SGD's momentum buffer,
+// the CPU generator's state, progress at `global_step`, and `run_id`.
+SnapshotContent sample_snapshot(int64_t global_step, float fill = kSnapshotMarker, const std::string& run_id = "7");
+
+// A snapshot store's warnings, dropped.
+Warn ignore_warnings();
 
 using Env = std::map<std::string, std::string>;
 
