@@ -11,6 +11,8 @@
 #      (b) ended and restarted from the newest snapshot (--snapshot-every-seconds SNAPSHOT_EVERY) as
 #      ddp-restart does, each as samples/s over the clean run's.
 #   [RANKS=4 TRIES=5 TIMEOUT=5 DURATION=600 PERIOD=60 SNAPSHOT_EVERY=30] bench/recovery_bench.sh [BUILD_DIR]
+# Recovery in place needs a ddp-train built with LibTorch 2.x: on Debian 12, in a root, e.g.
+#   tests/stacks/root.sh run forky -- bench/recovery_bench.sh build-debian14
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(realpath "${1:-$ROOT/build}")
@@ -64,10 +66,20 @@ start_replacement() {
   pids+=($!)
 }
 
-# until_line FILE... PATTERN [COUNT]: until the files hold COUNT (1) lines matching PATTERN.
+# until_line FILE... PATTERN: until the files hold a line matching PATTERN. Ends the bench, with the files' last
+# lines, when none of the processes it started is left to write one (a refused option, a crash).
 until_line() {
-  local pattern=${*: -1} files=("${@:1:$#-1}")
-  until [ "$(cat "${files[@]}" 2>/dev/null | grep -cE "$pattern")" -ge 1 ]; do sleep 0.005; done
+  local pattern=${*: -1} files=("${@:1:$#-1}") pid alive
+  until [ "$(cat "${files[@]}" 2>/dev/null | grep -cE "$pattern")" -ge 1 ]; do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1 && break; done
+    if [ "$alive" = 0 ]; then
+      echo "recovery_bench: every process ended before a line matching '$pattern'; last lines:" >&2
+      tail -n 3 "${files[@]}" >&2
+      exit 1
+    fi
+    sleep 0.005
+  done
 }
 
 wait_all() { local pid; for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done; pids=(); }
