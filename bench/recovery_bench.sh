@@ -61,7 +61,10 @@ start_ranks() {
 start_replacement() {
   replacement_log=$1/replacement${#pids[@]}.log
   : >"$replacement_log"
-  env MASTER_ADDR=127.0.0.1 MASTER_PORT=1 WORLD_SIZE=1 RANK=0 "$TRAIN" "${COMMON[@]}" --recover in-place --join \
+  # The ranks share this machine's cores: a replacement started as a world of one would take all of them for its
+  # intra-op threads, as the ranks take their share (cores / LOCAL_WORLD_SIZE), and slow every step of the group.
+  env OMP_NUM_THREADS="$(( $(nproc) / RANKS > 0 ? $(nproc) / RANKS : 1 ))" MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
+    WORLD_SIZE=1 RANK=0 "$TRAIN" "${COMMON[@]}" --recover in-place --join \
     --snapshot-dir "$1" --output "$1/final.pt" "$2" 0 >>"$replacement_log" 2>&1 &
   pids+=($!)
 }
