@@ -39,6 +39,16 @@ std::string number_text(double value) {
   return text;
 }
 
+void refuse_positionals(const Arguments& found, const std::string& program) {
+  if (found.help || found.positionals.empty()) return;
+  throw Error("unexpected argument " + quote(found.positionals.front()) + ": " + program + " takes options only; run " +
+              program + " --help");
+}
+
+std::string refusal(const std::string& what, const std::string& text, const BadValue& bad, const std::string& fix) {
+  return what + " " + quote(text) + " " + bad.what() + (bad.names_fix() ? "" : fix);
+}
+
 std::string listed(const std::vector<std::string>& names) {
   std::string text;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -58,10 +68,8 @@ bool looks_like_option(const std::string& arg) {
 std::string value_error(const OptionSpec& option, const std::string& value, const BadValue& bad,
                         const std::string& program) {
   const std::string name(option.name);
-  const std::string fix = bad.names_fix()          ? ""
-                          : option.example.empty() ? "; run " + program + " --help"
-                                                   : "; e.g. " + name + " " + option.example;
-  return name + " " + quote(value) + " " + bad.what() + fix;
+  return refusal(name, value, bad,
+                 option.example.empty() ? "; run " + program + " --help" : "; e.g. " + name + " " + option.example);
 }
 
 }  // namespace

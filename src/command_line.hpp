@@ -68,6 +68,9 @@ struct Arguments {
   bool was_given(std::string_view name) const;
 };
 
+// For a program that takes options only: throws ddp::Error naming the first positional, if any.
+void refuse_positionals(const Arguments& found, const std::string& program);
+
 // ---- value parsers: each throws BadValue ----
 
 namespace detail {
@@ -131,6 +134,21 @@ Enum choose(const Choice<Enum> (&choices)[N], const std::string& text, const std
     names.emplace_back(choice.name);
   }
   throw BadValue("is not " + noun + "; use " + listed(names), true);
+}
+
+// The one-line refusal of `text` given as `what` (an option, a positional, an environment variable): "<what>
+// '<text>' <reason>", then `fix` ("; e.g. ...") unless the reason names its own.
+std::string refusal(const std::string& what, const std::string& text, const BadValue& bad, const std::string& fix);
+
+// `parse(text)`, with a BadValue turned into ddp::Error by refusal(): for values outside an option table, such as
+// positionals and environment variables.
+template <class Parse>
+auto value_of(const std::string& what, const std::string& text, Parse parse, const std::string& fix = "") {
+  try {
+    return parse(text);
+  } catch (const BadValue& bad) {
+    throw Error(refusal(what, text, bad, fix));
+  }
 }
 
 // ---- the table's engine, without the config's type ----

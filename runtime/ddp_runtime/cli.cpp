@@ -10,6 +10,7 @@ namespace ddp::runtime {
 namespace {
 
 using cli::Bound;
+using cli::number_text;
 using cli::real;
 using cli::whole;
 using Value = const std::string&;
@@ -51,8 +52,6 @@ void set_betas(OptimizerOptions& o, Value text) {
   if (o.beta1 >= 1 || o.beta2 >= 1) throw cli::BadValue("must both be below 1");
 }
 
-std::string number(double value) { return cli::number_text(value); }
-
 // The usage text around the options' lines.
 constexpr const char* kUsageIntro = R"(usage: ddp-train [options] total_epochs save_every
 
@@ -81,11 +80,10 @@ exit status: 0 done, 1 failure (also a snapshot that cannot be read for an I/O e
 // Each option once: name, value, help, how it sets TrainOptions, and the default the usage shows (read from
 // TrainOptions' own initializers).
 const cli::Table<Options>& option_table() {
-  static const std::string workloads = cli::alternatives(kWorkloads);
   static const cli::Table<Options> table = {
       {"--batch-size", "N", "per-process batch size", [](Options& o, Value v) { o.batch_size = whole(v, 1); },
        [](const Options& o) { return std::to_string(o.batch_size); }},
-      {"--workload", workloads,
+      {"--workload", cli::alternatives(kWorkloads),
        "seed: Linear(20,1) on MyTrainDataset; mlp: 3 hidden layers of --width;\n"
        "fashion-mnist: the PyTorch quickstart network on IDX files in --data",
        [](Options& o, Value v) { o.workload = cli::choose(kWorkloads, v, "a workload"); },
@@ -110,16 +108,16 @@ const cli::Table<Options>& option_table() {
        [](Options& o, Value v) { o.optimizer.kind = cli::choose(kOptimizers, v, "an optimizer"); },
        [](const Options& o) { return std::string(to_string(o.optimizer.kind)); }},
       {"--lr", "X", "learning rate", [](Options& o, Value v) { o.optimizer.lr = real(v, Bound::NonNegative); },
-       [](const Options& o) { return number(o.optimizer.lr); }},
+       [](const Options& o) { return number_text(o.optimizer.lr); }},
       {"--momentum", "X", "SGD momentum",
        [](Options& o, Value v) { o.optimizer.momentum = real(v, Bound::NonNegative); },
-       [](const Options& o) { return number(o.optimizer.momentum); }},
+       [](const Options& o) { return number_text(o.optimizer.momentum); }},
       {"--weight-decay", "X", "weight decay (SGD 0, AdamW 0.01)",
        [](Options& o, Value v) { o.optimizer.weight_decay = real(v, Bound::NonNegative); }, nullptr, "0.01"},
       {"--betas", "B1,B2", "AdamW's betas", [](Options& o, Value v) { set_betas(o.optimizer, v); },
-       [](const Options& o) { return number(o.optimizer.beta1) + "," + number(o.optimizer.beta2); }},
+       [](const Options& o) { return number_text(o.optimizer.beta1) + "," + number_text(o.optimizer.beta2); }},
       {"--eps", "X", "AdamW's eps", [](Options& o, Value v) { o.optimizer.eps = real(v, Bound::Positive); },
-       [](const Options& o) { return number(o.optimizer.eps); }},
+       [](const Options& o) { return number_text(o.optimizer.eps); }},
       {"--clip-grad-norm", "X", "clip the gradients' total 2-norm to X before each step (0: off)",
        [](Options& o, Value v) { o.optimizer.clip_grad_norm = real(v, Bound::NonNegative); }, nullptr, "1.0"},
       {"--lr-schedule", cli::alternatives(kSchedules),
@@ -132,7 +130,7 @@ const cli::Table<Options>& option_table() {
        [](const Options& o) { return std::to_string(o.optimizer.step_epochs); }},
       {"--lr-gamma", "X", "step: the factor",
        [](Options& o, Value v) { o.optimizer.gamma = real(v, Bound::NonNegative); },
-       [](const Options& o) { return number(o.optimizer.gamma); }},
+       [](const Options& o) { return number_text(o.optimizer.gamma); }},
       {"--warmup-steps", "N", "cosine: optimizer steps of linear warm-up",
        [](Options& o, Value v) { o.optimizer.warmup_steps = whole<int64_t>(v, 0); },
        [](const Options& o) { return std::to_string(o.optimizer.warmup_steps); }, "100"},
@@ -166,16 +164,16 @@ const cli::Table<Options>& option_table() {
        "rendezvous and collective timeout; then rank 0 names a rank that does not\n"
        "answer (a stopped or hung peer) and the run ends",
        [](Options& o, Value v) { o.timeout_seconds = real(v, Bound::Positive); },
-       [](const Options& o) { return number(o.timeout_seconds); }},
+       [](const Options& o) { return number_text(o.timeout_seconds); }},
       {"--bucket-cap-mb", "X", "gradient bucket size, as DDP's bucket_cap_mb",
        [](Options& o, Value v) { o.bucket_cap_mb = real(v, Bound::Positive); },
-       [](const Options& o) { return number(o.bucket_cap_mb); }},
+       [](const Options& o) { return number_text(o.bucket_cap_mb); }},
       {"--straggler-threshold", "PCT",
        "once per epoch, rank 0 names ranks whose compute per step is slower than the\n"
        "median by more than PCT percent, and ranks that reach the all-reduce later than\n"
        "the others by more than PCT percent of a step, with node and device",
        [](Options& o, Value v) { o.straggler_threshold_pct = real(v, Bound::Positive); },
-       [](const Options& o) { return number(o.straggler_threshold_pct); }},
+       [](const Options& o) { return number_text(o.straggler_threshold_pct); }},
       {"--json", "",
        "rank 0 also prints each epoch's per-rank scores (compute and arrival at the\n"
        "all-reduce) as a JSON line",
@@ -205,15 +203,9 @@ void set_positionals(TrainOptions& options, const std::vector<std::string>& posi
     throw Error("expected total_epochs and save_every, got " + std::to_string(positionals.size()) +
                 " positional arguments; usage: ddp-train [options] total_epochs save_every");
   }
-  const auto positional = [](const char* name, const std::string& text, int min, const char* example) {
-    try {
-      return whole(text, min);
-    } catch (const cli::BadValue& bad) {
-      throw Error(std::string(name) + " " + quote(text) + " " + bad.what() + "; e.g. " + example);
-    }
-  };
-  options.total_epochs = positional("total_epochs", positionals[0], 1, "ddp-train 50 10");
-  options.save_every = positional("save_every", positionals[1], 0, "ddp-train 50 10");
+  const auto at_least = [](int min) { return [min](Value text) { return whole(text, min); }; };
+  options.total_epochs = cli::value_of("total_epochs", positionals[0], at_least(1), "; e.g. ddp-train 50 10");
+  options.save_every = cli::value_of("save_every", positionals[1], at_least(0), "; e.g. ddp-train 50 10");
 }
 
 // finalmodel.pt -> finalmodel.script.pt
@@ -252,11 +244,8 @@ void apply_environment(TrainOptions& options, const cli::Arguments& given, const
   if (options.run_id.empty()) options.run_id = default_run_id(env);
   if (!given.was_given("--recover")) {
     if (const auto mode = env(vars::kRecover); mode && !mode->empty()) {
-      try {
-        options.recover = cli::choose(kRecoverModes, *mode, "a recovery mode");
-      } catch (const cli::BadValue& bad) {
-        throw Error(std::string(vars::kRecover) + " " + quote(*mode) + " " + bad.what());
-      }
+      options.recover = cli::value_of(vars::kRecover, *mode,
+                                      [](Value text) { return cli::choose(kRecoverModes, text, "a recovery mode"); });
     }
   }
   if (env(vars::kJoin).value_or("") == "1") options.join = true;

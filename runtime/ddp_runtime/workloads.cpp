@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "command_line.hpp"
 #include "ddp_runtime/data_files.hpp"
 #include "ddp_runtime/idx.hpp"
 #include "ddp_runtime/script_model.hpp"
@@ -200,7 +201,7 @@ const Loss& loss_of(LossKind kind) {
   for (const Loss& loss : kLosses) {
     if (loss.kind == kind) return loss;
   }
-  throw Error(std::string("the loss ") + to_string(kind) + " has no entry in loss.cpp's table");
+  throw Error(std::string("the loss ") + to_string(kind) + " has no entry in the table of losses (workloads.cpp)");
 }
 
 // "--loss cross-entropy or nll": the losses that take class indices.
@@ -209,9 +210,7 @@ std::string losses_for_class_indices() {
   for (const Loss& loss : kLosses) {
     if (loss.takes_class_indices) names.emplace_back(to_string(loss.kind));
   }
-  std::string text;
-  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  return "--loss " + text;
+  return "--loss " + cli::listed(names);
 }
 
 void check_class_indices(const TrainingJob& job, const at::Tensor& output, const at::Tensor& targets) {

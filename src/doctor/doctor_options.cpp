@@ -5,7 +5,6 @@
 #include <map>
 
 #include "command_line.hpp"
-#include "doctor/check.hpp"
 #include "error.hpp"
 #include "parse.hpp"
 
@@ -113,11 +112,8 @@ uint64_t parse_size(const std::string& text, const std::string& what) {
 DoctorOptions parse_doctor_options(const std::vector<std::string>& args) {
   DoctorOptions options;
   const cli::Arguments found = cli::parse(option_table(), options, args, "ddp-doctor");
+  cli::refuse_positionals(found, "ddp-doctor");
   options.help = found.help;
-  if (!found.help && !found.positionals.empty()) {
-    throw Error("unexpected argument " + quote(found.positionals.front()) +
-                ": ddp-doctor takes options only; run ddp-doctor --help");
-  }
   return options;
 }
 
@@ -147,9 +143,7 @@ TimeBudget::ms TimeBudget::total(size_t nodes, size_t backends) const {
 
 std::string doctor_usage(const DoctorOptions& options, size_t backends) {
   const TimeBudget budget = time_budget(options);
-  const auto seconds = [](TimeBudget::ms duration) {
-    return format_fixed(static_cast<double>(duration.count()) / 1000, duration.count() % 1000 ? 1 : 0) + " s";
-  };
+  const auto seconds = [](TimeBudget::ms duration) { return seconds_text(duration) + " s"; };
   return kUsageIntro + ("options:\n" + cli::options_text(option_table(), DoctorOptions{})) +
          "\ntime budget: with these options a rank ends within " + seconds(budget.total(0, backends)) + " + " +
          seconds(budget.link_pair) + " per node, however its peers fail (--timeout " + seconds(options.timeout) +

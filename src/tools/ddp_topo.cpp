@@ -77,11 +77,8 @@ CliOptions parse_options(int argc, char** argv) {
   CliOptions options;
   const auto found =
       ddp::cli::parse(option_table(), options, std::vector<std::string>(argv + 1, argv + argc), "ddp-topo");
+  ddp::cli::refuse_positionals(found, "ddp-topo");
   options.help = found.help;
-  if (!found.help && !found.positionals.empty()) {
-    throw ddp::Error("unexpected argument " + ddp::quote(found.positionals.front()) +
-                     ": ddp-topo takes options only; see ddp-topo --help");
-  }
   if (options.cpus && options.cores) throw ddp::Error("--cpus and --cores both give the step's CPUs; use one");
   if (options.constrain_devices && !options.gpus) throw ddp::Error("--constrain-devices needs --gpus LIST");
   return options;

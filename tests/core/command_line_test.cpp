@@ -86,6 +86,21 @@ TEST(CommandLine, RefusalsNameTheOptionTheValueAndAFix) {
   EXPECT_EQ(refusal({"--count=1\n2"}), "--count '1?2' is not a whole number of at least 1; e.g. --count 3");
 }
 
+TEST(CommandLine, ValuesOutsideTheTableAndPositionalsAreRefusedInTheSameShape) {
+  const auto at_least_one = [](const std::string& text) { return whole(text, 1); };
+  const auto a_color = [](const std::string& text) { return choose(kColors, text, "a color"); };
+  EXPECT_EQ(error_of([&] { value_of("EPOCHS", "x", at_least_one, "; e.g. 5"); }),
+            "EPOCHS 'x' is not a whole number of at least 1; e.g. 5");
+  EXPECT_EQ(error_of([&] { value_of("COLOR", "green", a_color, "; unused"); }),
+            "COLOR 'green' is not a color; use red or light-blue");
+  Config config;
+  const Arguments found = parsed(config, {"--quiet", "stray"});
+  EXPECT_EQ(error_of([&] { refuse_positionals(found, "prog"); }),
+            "unexpected argument 'stray': prog takes options only; run prog --help");
+  EXPECT_EQ(error_of([&] { refuse_positionals(parsed(config, {"--quiet"}), "prog"); }), "");
+  EXPECT_EQ(error_of([&] { refuse_positionals(parsed(config, {"-h", "stray"}), "prog"); }), "");
+}
+
 TEST(CommandLine, NumbersWithinBounds) {
   EXPECT_EQ(whole<unsigned>("4096", 0, 4096), 4096u);
   EXPECT_EQ(error_of([] { whole<unsigned>("4097", 0, 4096); }), "is not a whole number from 0 to 4096");
