@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "failure_report.hpp"
-#include "hostlist.hpp"
-#include "step_logs.hpp"
-#include "task_env.hpp"
+#include "core/hostlist.hpp"
+#include "core/task_env.hpp"
+#include "report/failure_report.hpp"
+#include "report/step_logs.hpp"
 #include "timing.hpp"
 
 using ddp::bench::microseconds_per_call;

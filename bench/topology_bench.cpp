@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "binding.hpp"
-#include "netif.hpp"
+#include "core/netif.hpp"
 #include "timing.hpp"
-#include "topology.hpp"
+#include "topology/binding.hpp"
+#include "topology/topology.hpp"
 
 namespace {
 

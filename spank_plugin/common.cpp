@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "core/error.hpp"
 #include "dispatch.h"
-#include "error.hpp"
 #include "plugin_state.hpp"
 #include "slurm_versions.h"
 

@@ -7,11 +7,11 @@
 #include <optional>
 #include <string>
 
-#include "mount_view.hpp"
-#include "node_setup.hpp"
-#include "options.hpp"
-#include "snapshot_dir.hpp"
-#include "task_env.hpp"
+#include "core/mount_view.hpp"
+#include "core/options.hpp"
+#include "core/snapshot_dir.hpp"
+#include "core/task_env.hpp"
+#include "launch/node_setup.hpp"
 
 namespace ddp::spank {
 

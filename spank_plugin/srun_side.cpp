@@ -11,15 +11,15 @@
 #include <optional>
 #include <string>
 
+#include "core/error.hpp"
+#include "core/parse.hpp"
+#include "core/ports.hpp"
+#include "core/step.hpp"
 #include "dispatch.h"
-#include "error.hpp"
-#include "node_setup.hpp"
-#include "parse.hpp"
+#include "launch/node_setup.hpp"
 #include "plugin_state.hpp"
-#include "ports.hpp"
 #include "slurm_versions.h"
-#include "step.hpp"
-#include "topology_cache.hpp"
+#include "topology/topology_cache.hpp"
 
 using namespace ddp::spank;
 

@@ -15,18 +15,18 @@
 
 #include <cstdio>
 
-#include "container.hpp"
+#include "core/container.hpp"
+#include "core/env_names.hpp"
+#include "core/error.hpp"
+#include "core/netif.hpp"
+#include "core/parse.hpp"
+#include "core/ports.hpp"
+#include "core/resolve.hpp"
+#include "core/snapshot_dir.hpp"
+#include "core/user.hpp"
 #include "dispatch.h"
-#include "env_names.hpp"
-#include "error.hpp"
-#include "id_list.hpp"
-#include "netif.hpp"
-#include "parse.hpp"
 #include "plugin_state.hpp"
-#include "ports.hpp"
-#include "resolve.hpp"
-#include "snapshot_dir.hpp"
-#include "user.hpp"
+#include "topology/id_list.hpp"
 
 using namespace ddp::spank;
 

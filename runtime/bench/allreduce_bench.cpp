@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "ddp_runtime/mpi_bootstrap.hpp"
+#include "core/launch.hpp"
+#include "ddp_runtime/distributed/mpi_bootstrap.hpp"
 #include "ddp_runtime/process_group.hpp"
-#include "launch.hpp"
 
 namespace {
 

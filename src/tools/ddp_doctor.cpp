@@ -3,16 +3,16 @@
 #include <iostream>
 #include <map>
 
-#include "container.hpp"
-#include "doctor/catalogue.hpp"
-#include "doctor/gloo.hpp"
-#include "doctor/session.hpp"
-#include "doctor/topology_check.hpp"
-#include "env_names.hpp"
-#include "error.hpp"
-#include "netif.hpp"
+#include "core/container.hpp"
+#include "core/env_names.hpp"
+#include "core/error.hpp"
+#include "core/netif.hpp"
+#include "doctor/checks/catalogue.hpp"
+#include "doctor/run/gloo.hpp"
+#include "doctor/run/session.hpp"
+#include "doctor/run/topology_check.hpp"
 #ifdef DDP_DOCTOR_HAVE_NCCL
-#include "doctor/nccl_allreduce.hpp"
+#include "doctor/run/nccl_allreduce.hpp"
 #endif
 
 using namespace ddp::doctor;

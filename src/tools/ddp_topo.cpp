@@ -7,15 +7,15 @@
 #include <utility>
 #include <vector>
 
-#include "binding.hpp"
-#include "command_line.hpp"
-#include "error.hpp"
-#include "id_list.hpp"
-#include "json_string.hpp"
-#include "netif.hpp"
-#include "parse.hpp"
-#include "resolve.hpp"
-#include "topology.hpp"
+#include "core/command_line.hpp"
+#include "core/error.hpp"
+#include "core/json_string.hpp"
+#include "core/netif.hpp"
+#include "core/parse.hpp"
+#include "core/resolve.hpp"
+#include "topology/binding.hpp"
+#include "topology/id_list.hpp"
+#include "topology/topology.hpp"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // ddp-why: why did a --ddp step fail? The first failure in time, as torchrun's "Root Cause (first observed
 // failure)": rank, node, exit status, the exception and its traceback, from the reports the step's tasks left
-// (src/step_logs.hpp) and srun's lines about tasks that exited badly. Exit status: 0 a failure was shown, 1 none
+// (src/report/step_logs.hpp) and srun's lines about tasks that exited badly. Exit status: 0 a failure was shown, 1 none
 // found, 2 bad usage or reports that cannot be read.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "command_line.hpp"
-#include "error.hpp"
-#include "failure_report.hpp"
-#include "parse.hpp"
-#include "step_logs.hpp"
-#include "unique_fd.hpp"
+#include "core/command_line.hpp"
+#include "core/error.hpp"
+#include "core/parse.hpp"
+#include "core/unique_fd.hpp"
+#include "report/failure_report.hpp"
+#include "report/step_logs.hpp"
 
 namespace {
 

@@ -12,12 +12,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <stdexcept>
 #include <thread>
 
-#include "ports.hpp"
-#include "socket.hpp"
+#include "core/ports.hpp"
+#include "core/socket.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -107,6 +108,14 @@ uint16_t reserve_port(int holder) {
     return port;
   }
   throw std::runtime_error("no free TCP port in " + std::to_string(first) + "-" + std::to_string(last));
+}
+
+void write_file(const std::string& path, const std::string& text, double mtime) {
+  std::ofstream(path, std::ios::binary) << text;
+  if (mtime > 0) {
+    const timespec times[2] = {{static_cast<time_t>(mtime), 0}, {static_cast<time_t>(mtime), 0}};
+    utimensat(AT_FDCWD, path.c_str(), times, 0);
+  }
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }

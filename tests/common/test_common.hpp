@@ -43,6 +43,9 @@ std::string error_of(const std::function<void()>& body) {
   return "";
 }
 
+// Writes `text` to `path`, with `mtime` (seconds since 1970) as its modification time when it is not 0.
+void write_file(const std::string& path, const std::string& text, double mtime = 0);
+
 // Whether `part` occurs in `text`.
 bool contains(const std::string& text, const std::string& part);
 

@@ -1,7 +1,7 @@
 // The contract's way through containers: DDP_CONTRACT as ddp.so writes it, the programs' check of what reached
 // them (cleared by --cleanenv, replaced by pyxis with enroot's pytorch hook), which runtime a process is in, and
 // a prepared snapshot directory a container does not mount.
-#include "container.hpp"
+#include "core/container.hpp"
 
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -10,10 +10,10 @@
 
 #include <cstdlib>
 
-#include "error.hpp"
-#include "launch.hpp"
+#include "core/error.hpp"
+#include "core/launch.hpp"
+#include "core/task_env.hpp"
 #include "steps.hpp"
-#include "task_env.hpp"
 #include "test_common.hpp"
 
 namespace ddp {

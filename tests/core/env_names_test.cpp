@@ -1,6 +1,6 @@
 // The names of what srun --ddp gives a task (env_names.hpp): every variable a task receives is one of them, and
 // docs/plugin.md's table lists exactly them, in their order.
-#include "env_names.hpp"
+#include "core/env_names.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "container.hpp"
-#include "step.hpp"
-#include "step_logs.hpp"
+#include "core/container.hpp"
+#include "core/step.hpp"
+#include "core/task_env.hpp"
+#include "report/step_logs.hpp"
 #include "steps.hpp"
-#include "task_env.hpp"
 
 namespace ddp {
 namespace {

@@ -1,8 +1,8 @@
-#include "hostlist.hpp"
+#include "core/hostlist.hpp"
 
 #include <gtest/gtest.h>
 
-#include "error.hpp"
+#include "core/error.hpp"
 
 namespace ddp {
 namespace {

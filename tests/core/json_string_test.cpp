@@ -1,4 +1,4 @@
-#include "json_string.hpp"
+#include "core/json_string.hpp"
 
 #include <gtest/gtest.h>
 

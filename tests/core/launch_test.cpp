@@ -1,9 +1,9 @@
 // Launcher detection: the variables of srun --ddp, torchrun and mpirun, their precedence, and bad values.
-#include "launch.hpp"
+#include "core/launch.hpp"
 
 #include <gtest/gtest.h>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "test_common.hpp"
 
 namespace ddp {

@@ -1,13 +1,13 @@
 // A container's view of the file system against the node's: mountinfo as the kernel writes it, the mount that holds
 // a path, and the rule that keeps a snapshot directory off the container's own file systems.
-#include "mount_view.hpp"
+#include "core/mount_view.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "test_common.hpp"
 
 namespace ddp {

@@ -1,8 +1,8 @@
-#include "options.hpp"
+#include "core/options.hpp"
 
 #include <gtest/gtest.h>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "test_common.hpp"
 
 namespace ddp {

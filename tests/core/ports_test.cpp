@@ -1,11 +1,11 @@
-#include "ports.hpp"
+#include "core/ports.hpp"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "error.hpp"
-#include "parse.hpp"
+#include "core/error.hpp"
+#include "core/parse.hpp"
 
 namespace ddp {
 namespace {

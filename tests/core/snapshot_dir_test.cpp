@@ -1,4 +1,4 @@
-#include "snapshot_dir.hpp"
+#include "core/snapshot_dir.hpp"
 
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "error.hpp"
-#include "task_env.hpp"
+#include "core/error.hpp"
+#include "core/task_env.hpp"
 #include "test_common.hpp"
 
 namespace ddp {

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <string>
 
-#include "options.hpp"
-#include "step.hpp"
+#include "core/options.hpp"
+#include "core/step.hpp"
 
 namespace ddp::test {
 

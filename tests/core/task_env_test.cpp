@@ -1,11 +1,11 @@
-#include "task_env.hpp"
+#include "core/task_env.hpp"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "error.hpp"
-#include "step.hpp"
+#include "core/error.hpp"
+#include "core/step.hpp"
 #include "steps.hpp"
 
 namespace ddp {

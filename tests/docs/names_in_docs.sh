@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Every name a user or an admin can type or read is documented: names_in_docs.sh SOURCE_DIR [DOCS_DIR]
 # reads, from the sources (not from built binaries, so that it runs on every stack without a build),
-#   - the --ddp* options of the plugin's option table (src/options.cpp, option_table()),
-#   - the plugstack.conf keys its config parser accepts (src/options.cpp, config_keys()),
-#   - the environment variable names of src/env_names.hpp (ddp::vars::k*),
-#   - ddp-doctor's check names (src/doctor/catalogue.hpp, the entries catalogue.cpp lists),
-#   - ddp-train's long options (runtime/ddp_runtime/cli.cpp) and ddp-doctor's (src/doctor/doctor_options.cpp),
+#   - the --ddp* options of the plugin's option table (src/core/options.cpp, option_table()),
+#   - the plugstack.conf keys its config parser accepts (src/core/options.cpp, config_keys()),
+#   - the environment variable names of src/core/env_names.hpp (ddp::vars::k*),
+#   - ddp-doctor's check names (src/doctor/checks/catalogue.hpp, the entries catalogue.cpp lists),
+#   - ddp-train's long options (runtime/ddp_runtime/options/cli.cpp) and ddp-doctor's (src/doctor/run/doctor_options.cpp),
 # and looks for each in DOCS_DIR/*.md (default: SOURCE_DIR/docs), as a whole name: `--keep` is not found inside
 # `--keep-going`, nor `gpu.driver` inside `gpu.driver_bound`; a plugstack.conf key counts only written as `key` in
 # backquotes or as key=VALUE. Exit status 0 when every name is found; 1 listing each missing name with the page to
@@ -57,28 +57,28 @@ check() {
   done
 }
 
-options_cpp=$src/src/options.cpp
+options_cpp=$src/src/core/options.cpp
 mapfile -t plugin_options < <(sed -n '/option_table() {/,/return table;/p' "$options_cpp" |
   grep -oE '^ *\{"ddp[a-z-]*"' | sed -E 's/^ *\{"/--/; s/"$//' || true)
 mapfile -t config_keys < <(sed -n '/config_keys() {/,/return keys;/p' "$options_cpp" |
   grep -oE '^ *\{"[a-z_]+"' | sed -E 's/^ *\{"//; s/"$//' || true)
-mapfile -t variables < <(grep -oE 'constexpr char k[A-Za-z0-9]+\[\] = "[A-Z][A-Z0-9_]*"' "$src/src/env_names.hpp" |
+mapfile -t variables < <(grep -oE 'constexpr char k[A-Za-z0-9]+\[\] = "[A-Z][A-Z0-9_]*"' "$src/src/core/env_names.hpp" |
   sed -E 's/.*= "//; s/"$//' || true)
-catalogue_hpp=$src/src/doctor/catalogue.hpp
+catalogue_hpp=$src/src/doctor/checks/catalogue.hpp
 mapfile -t checks < <(tr '\n' ' ' <"$catalogue_hpp" | grep -oE 'CheckInfo k[A-Za-z0-9]+\{ *"[^"]+"' |
   sed -E 's/.*"([^"]+)"$/\1/' || true)
 declared_checks=$(grep -cE 'inline constexpr CheckInfo k' "$catalogue_hpp" || true)
-mapfile -t train_options < <(grep -ohE '\{"--[a-z][a-z-]*"|arg == "--[a-z][a-z-]*"' "$src/runtime/ddp_runtime/cli.cpp" |
+mapfile -t train_options < <(grep -ohE '\{"--[a-z][a-z-]*"|arg == "--[a-z][a-z-]*"' "$src/runtime/ddp_runtime/options/cli.cpp" |
   grep -oE -e '--[a-z][a-z-]*' | grep -vx -e '--help' | sort -u || true)
-mapfile -t doctor_options < <(grep -ohE '\{"--[a-z][a-z-]*"|arg == "--[a-z][a-z-]*"' "$src/src/doctor/doctor_options.cpp" |
+mapfile -t doctor_options < <(grep -ohE '\{"--[a-z][a-z-]*"|arg == "--[a-z][a-z-]*"' "$src/src/doctor/run/doctor_options.cpp" |
   grep -oE -e '--[a-z][a-z-]*' | grep -vx -e '--help' | sort -u || true)
 
 need "--ddp* options" 8 "${#plugin_options[@]}"
 need "plugstack.conf keys" 8 "${#config_keys[@]}"
 need "variables" 20 "${#variables[@]}"
-declared_variables=$(grep -cE 'constexpr char k[A-Za-z0-9]+\[\]' "$src/src/env_names.hpp" || true)
+declared_variables=$(grep -cE 'constexpr char k[A-Za-z0-9]+\[\]' "$src/src/core/env_names.hpp" || true)
 if [[ ${#variables[@]} -ne $declared_variables ]]; then
-  echo "names_in_docs: src/env_names.hpp declares $declared_variables names but ${#variables[@]} were read: the" \
+  echo "names_in_docs: src/core/env_names.hpp declares $declared_variables names but ${#variables[@]} were read: the" \
     "extraction broke; fix it in $0" >&2
   failed=1
 fi

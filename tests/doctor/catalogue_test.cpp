@@ -1,7 +1,7 @@
 // The catalogue of checks (catalogue.hpp): names that scripts can rely on, each entry complete, every threshold
 // option one that ddp-doctor takes, and the table --list-checks prints. That every check a run reports is in the
 // catalogue is checked on the reports of the CLI tests (lib.sh's check_report).
-#include "doctor/catalogue.hpp"
+#include "doctor/checks/catalogue.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "doctor/doctor_options.hpp"
+#include "doctor/run/doctor_options.hpp"
 #include "test_support.hpp"
 
 namespace ddp::doctor {

@@ -1,9 +1,9 @@
-#include "doctor/check.hpp"
+#include "doctor/checks/check.hpp"
 
 #include <gtest/gtest.h>
 
-#include "doctor/allreduce.hpp"
-#include "doctor/clock.hpp"
+#include "doctor/run/allreduce.hpp"
+#include "doctor/run/clock.hpp"
 #include "test_support.hpp"
 
 namespace ddp::doctor {

@@ -3,8 +3,8 @@
 
 #include <chrono>
 
-#include "doctor/clock.hpp"
-#include "doctor/group.hpp"
+#include "doctor/run/clock.hpp"
+#include "doctor/run/group.hpp"
 #include "ranks.hpp"
 
 namespace ddp::doctor {

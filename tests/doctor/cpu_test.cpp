@@ -1,4 +1,4 @@
-#include "doctor/cpu.hpp"
+#include "doctor/checks/cpu.hpp"
 
 #include <gtest/gtest.h>
 #include <sched.h>

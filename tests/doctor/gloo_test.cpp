@@ -3,8 +3,8 @@
 
 #include <chrono>
 
-#include "doctor/gloo.hpp"
-#include "doctor/group.hpp"
+#include "doctor/run/gloo.hpp"
+#include "doctor/run/group.hpp"
 #include "ranks.hpp"
 
 namespace ddp::doctor {

@@ -1,4 +1,4 @@
-#include "doctor/gpu.hpp"
+#include "doctor/checks/gpu.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

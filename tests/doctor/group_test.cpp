@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "doctor/group.hpp"
+#include "doctor/run/group.hpp"
 #include "ranks.hpp"
 
 namespace ddp::doctor {

@@ -1,4 +1,4 @@
-#include "doctor/interface.hpp"
+#include "doctor/checks/interface.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -3,8 +3,8 @@
 
 #include <chrono>
 
-#include "doctor/group.hpp"
-#include "doctor/links.hpp"
+#include "doctor/run/group.hpp"
+#include "doctor/run/links.hpp"
 #include "ranks.hpp"
 
 namespace ddp::doctor {

@@ -1,4 +1,4 @@
-#include "doctor/node_checks.hpp"
+#include "doctor/checks/node_checks.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "doctor/node_speed.hpp"
+#include "doctor/checks/node_speed.hpp"
 
 #include <gtest/gtest.h>
 

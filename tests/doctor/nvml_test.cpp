@@ -1,4 +1,4 @@
-#include "doctor/nvml.hpp"
+#include "doctor/checks/nvml.hpp"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

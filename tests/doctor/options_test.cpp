@@ -1,8 +1,8 @@
-#include "doctor/doctor_options.hpp"
+#include "doctor/run/doctor_options.hpp"
 
 #include <gtest/gtest.h>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "test_support.hpp"
 
 namespace ddp::doctor {

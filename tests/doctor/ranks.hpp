@@ -8,8 +8,8 @@
 #include <functional>
 #include <future>
 
-#include "doctor/group.hpp"
-#include "socket.hpp"
+#include "core/socket.hpp"
+#include "doctor/run/group.hpp"
 #include "test_support.hpp"
 
 namespace ddp::doctor::testing {

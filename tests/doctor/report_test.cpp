@@ -1,4 +1,4 @@
-#include "doctor/report.hpp"
+#include "doctor/run/report.hpp"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include <sstream>
 
-#include "doctor/wire.hpp"
+#include "doctor/run/wire.hpp"
 #include "test_support.hpp"
 
 namespace ddp::doctor {

@@ -1,4 +1,4 @@
-#include "doctor/rocm_smi.hpp"
+#include "doctor/checks/rocm_smi.hpp"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -3,8 +3,8 @@
 
 #include <chrono>
 
-#include "doctor/group.hpp"
-#include "doctor/shared_dir.hpp"
+#include "doctor/run/group.hpp"
+#include "doctor/run/shared_dir.hpp"
 #include "ranks.hpp"
 
 namespace ddp::doctor {

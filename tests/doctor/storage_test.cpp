@@ -1,4 +1,4 @@
-#include "doctor/storage.hpp"
+#include "doctor/checks/storage.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -8,8 +8,8 @@
 
 #include <filesystem>
 
-#include "error.hpp"
-#include "snapshot_dir.hpp"
+#include "core/error.hpp"
+#include "core/snapshot_dir.hpp"
 #include "test_support.hpp"
 
 namespace ddp::doctor {

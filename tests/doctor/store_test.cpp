@@ -6,9 +6,9 @@
 
 #include <chrono>
 
-#include "doctor/group.hpp"
-#include "doctor/report.hpp"
-#include "doctor/shared_dir.hpp"
+#include "doctor/run/group.hpp"
+#include "doctor/run/report.hpp"
+#include "doctor/run/shared_dir.hpp"
 #include "test_support.hpp"
 
 namespace ddp::doctor {

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "doctor/check.hpp"
-#include "doctor/doctor_options.hpp"
-#include "env.hpp"
+#include "core/env.hpp"
+#include "doctor/checks/check.hpp"
+#include "doctor/run/doctor_options.hpp"
 #include "test_common.hpp"
 
 namespace ddp::doctor::testing {

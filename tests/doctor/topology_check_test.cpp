@@ -1,4 +1,4 @@
-#include "doctor/topology_check.hpp"
+#include "doctor/run/topology_check.hpp"
 
 #include <gtest/gtest.h>
 

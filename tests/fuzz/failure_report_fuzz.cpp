@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "failure_report.hpp"
+#include "report/failure_report.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

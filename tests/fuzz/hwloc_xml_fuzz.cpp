@@ -17,10 +17,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "fuzz_file.hpp"
-#include "topology.hpp"
-#include "topology_cache.hpp"
+#include "topology/topology.hpp"
+#include "topology/topology_cache.hpp"
 
 namespace {
 

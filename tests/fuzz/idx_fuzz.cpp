@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "ddp_runtime/idx.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
+#include "ddp_runtime/data/idx.hpp"
 #include "fuzz_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "error.hpp"
-#include "options.hpp"
+#include "core/error.hpp"
+#include "core/options.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "error.hpp"
-#include "snapshot_dir.hpp"
+#include "core/error.hpp"
+#include "core/snapshot_dir.hpp"
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "error.hpp"
-#include "ports.hpp"
+#include "core/error.hpp"
+#include "core/ports.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

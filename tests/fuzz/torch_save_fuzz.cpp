@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp_runtime/pickle_reader.hpp"
+#include "ddp_runtime/snapshots/pickle_reader.hpp"
 
 namespace {
 

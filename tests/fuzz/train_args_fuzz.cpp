@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "ddp_runtime/cli.hpp"
+#include "core/error.hpp"
+#include "core/launch.hpp"
+#include "ddp_runtime/options/cli.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
-#include "error.hpp"
-#include "launch.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args;

@@ -1,4 +1,4 @@
-#include "node_setup.hpp"
+#include "launch/node_setup.hpp"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -14,10 +14,10 @@
 
 #include <fstream>
 
-#include "error.hpp"
-#include "id_list.hpp"
+#include "core/error.hpp"
 #include "test_common.hpp"
-#include "topology_cache.hpp"
+#include "topology/id_list.hpp"
+#include "topology/topology_cache.hpp"
 
 namespace ddp {
 namespace {

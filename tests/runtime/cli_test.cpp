@@ -3,9 +3,9 @@
 
 #include <sstream>
 
-#include "ddp_runtime/cli.hpp"
-#include "env.hpp"
-#include "error.hpp"
+#include "core/env.hpp"
+#include "core/error.hpp"
+#include "ddp_runtime/options/cli.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

@@ -12,12 +12,12 @@
 #include <iostream>
 #include <optional>
 
+#include "core/launch.hpp"
+#include "ddp_runtime/distributed/mpi_bootstrap.hpp"
 #include "ddp_runtime/distributed_model.hpp"
-#include "ddp_runtime/error_message.hpp"
-#include "ddp_runtime/mpi_bootstrap.hpp"
 #include "ddp_runtime/process_group.hpp"
 #include "ddp_runtime/snapshot.hpp"
-#include "launch.hpp"
+#include "ddp_runtime/training/error_message.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {

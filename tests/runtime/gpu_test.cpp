@@ -12,12 +12,12 @@
 #include <functional>
 #include <string>
 
+#include "core/error.hpp"
+#include "core/launch.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/distributed_model.hpp"
 #include "ddp_runtime/process_group.hpp"
 #include "ddp_runtime/snapshot.hpp"
-#include "error.hpp"
-#include "launch.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

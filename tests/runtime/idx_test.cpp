@@ -1,5 +1,5 @@
 // IDX files (idx.hpp), the format of the MNIST and FashionMNIST downloads: read, and refused naming the file.
-#include "ddp_runtime/idx.hpp"
+#include "ddp_runtime/data/idx.hpp"
 
 #include <gtest/gtest.h>
 

@@ -21,14 +21,26 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 PREFIX=$WORK/prefix/usr
 cmake --install "$BUILD" --prefix "$PREFIX" --component dev >"$WORK/install.log" || fail "cmake --install: $(tail -5 "$WORK/install.log")"
-for file in include/slurm-ddp/ddp_runtime/train.hpp include/slurm-ddp/error.hpp lib/cmake/SlurmDDP/SlurmDDPConfig.cmake; do
+for file in include/slurm-ddp/ddp_runtime/train.hpp include/slurm-ddp/core/error.hpp lib/cmake/SlurmDDP/SlurmDDPConfig.cmake; do
   [ -f "$PREFIX/$file" ] || fail "the install has no $file"
 done
+
+# One imported target: the core's code is compiled into the runtime, nothing else is exported.
+exported=$(grep -ho 'add_library(SlurmDDP::[A-Za-z_]*' "$PREFIX"/lib/cmake/SlurmDDP/SlurmDDPTargets*.cmake | sort -u | tr '\n' ' ')
+[ "$exported" = "add_library(SlurmDDP::ddp_runtime " ] || fail "the package exports $exported; only SlurmDDP::ddp_runtime"
 
 # Each installed header alone, in a translation unit of its own, against the installed package only.
 mkdir -p "$WORK/headers"
 headers=$(cd "$PREFIX/include/slurm-ddp" && find . -name '*.hpp' | sed 's|^\./||' | sort)
 [ "$(echo "$headers" | wc -l)" -ge 10 ] || fail "only these headers were installed: $headers"
+# Exactly the source tree's public include directory, each header opening with its contract after #pragma once.
+public=$(cd "$SOURCE/include/slurm-ddp" && find . -name '*.hpp' | sed 's|^\./||' | sort)
+[ "$headers" = "$public" ] ||
+  fail "installed headers differ from include/slurm-ddp: $(diff <(echo "$public") <(echo "$headers") | grep '^[<>]' | tr '\n' ' ')"
+for header in $headers; do
+  sed -n 2p "$PREFIX/include/slurm-ddp/$header" | grep -q '^// [A-Za-z]' ||
+    fail "include/slurm-ddp/$header does not open with a comment saying what it is"
+done
 {
   echo 'cmake_minimum_required(VERSION 3.16)'
   echo 'project(each_header CXX)'
@@ -51,7 +63,7 @@ echo "installed_example_test: $(echo "$headers" | wc -l) installed headers, each
 cmake -S "$SOURCE/runtime/examples/spirals" -B "$WORK/example" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$PREFIX" >"$WORK/configure.log" 2>&1 || fail "configure: $(tail -20 "$WORK/configure.log")"
 grep -q "SlurmDDP_DIR:PATH=$PREFIX/lib" "$WORK/example/CMakeCache.txt" || fail "SlurmDDP was not found in $PREFIX"
-if grep -q -e "$SOURCE/src" -e "$SOURCE/runtime/ddp_runtime" "$WORK/example/build.ninja"; then
+if grep -q -e "$SOURCE/src" -e "$SOURCE/include" -e "$SOURCE/runtime/ddp_runtime" "$WORK/example/build.ninja"; then
   fail "the example build refers to this source tree's headers"
 fi
 cmake --build "$WORK/example" >"$WORK/build.log" 2>&1 || fail "build: $(tail -30 "$WORK/build.log")"

@@ -8,10 +8,10 @@
 
 #include <iostream>
 
-#include "ddp_runtime/error_message.hpp"
-#include "ddp_runtime/mpi_bootstrap.hpp"
+#include "core/launch.hpp"
+#include "ddp_runtime/distributed/mpi_bootstrap.hpp"
 #include "ddp_runtime/process_group.hpp"
-#include "launch.hpp"
+#include "ddp_runtime/training/error_message.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

@@ -1,6 +1,6 @@
 // The reader of torch.save's pickles (pickle_reader.hpp): every value torch.save writes into a state dict or a
 // data file, refusals of Python objects and legacy files, and no crash on a truncated or damaged file.
-#include "ddp_runtime/pickle_reader.hpp"
+#include "ddp_runtime/snapshots/pickle_reader.hpp"
 
 #include <gtest/gtest.h>
 

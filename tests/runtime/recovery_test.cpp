@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "netif.hpp"
+#include "core/netif.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

@@ -14,8 +14,8 @@
 #include <regex>
 #include <thread>
 
-#include "ddp_runtime/straggler.hpp"
-#include "netif.hpp"
+#include "core/netif.hpp"
+#include "ddp_runtime/training/straggler.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "ddp_runtime/cli.hpp"
+#include "core/error.hpp"
+#include "ddp_runtime/options/cli.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
-#include "error.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

@@ -20,11 +20,11 @@
 #include <limits>
 #include <mutex>
 
+#include "core/error.hpp"
 #include "ddp_runtime/mapped_file.hpp"
-#include "ddp_runtime/pickle_reader.hpp"
 #include "ddp_runtime/snapshot.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
-#include "error.hpp"
+#include "ddp_runtime/snapshots/pickle_reader.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

@@ -6,7 +6,7 @@
 #include <csignal>
 #include <string>
 
-#include "ddp_runtime/stop_request.hpp"
+#include "ddp_runtime/training/stop_request.hpp"
 
 namespace ddp::runtime {
 namespace {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "core/netif.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
-#include "ddp_runtime/store_auth.hpp"
-#include "netif.hpp"
+#include "ddp_runtime/distributed/store_auth.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

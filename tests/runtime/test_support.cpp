@@ -3,7 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Functions.h>
 #include "ddp_runtime/mapped_file.hpp"
-#include "ddp_runtime/pickle_reader.hpp"
+#include "ddp_runtime/snapshots/pickle_reader.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
-#include "binding.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
+#include "topology/binding.hpp"
 
 namespace ddp {
 namespace {

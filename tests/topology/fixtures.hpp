@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "id_list.hpp"
-#include "topology.hpp"
+#include "topology/id_list.hpp"
+#include "topology/topology.hpp"
 
 namespace ddp::test {
 

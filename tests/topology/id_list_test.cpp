@@ -1,8 +1,8 @@
-#include "id_list.hpp"
+#include "topology/id_list.hpp"
 
 #include <gtest/gtest.h>
 
-#include "error.hpp"
+#include "core/error.hpp"
 
 namespace ddp {
 namespace {

@@ -1,4 +1,4 @@
-#include "netif.hpp"
+#include "core/netif.hpp"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <functional>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "test_common.hpp"
 
 namespace ddp {

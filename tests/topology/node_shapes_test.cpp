@@ -4,8 +4,8 @@
 // the value; "before" names what the plan was before these rules, where it differs.
 #include <gtest/gtest.h>
 
-#include "binding.hpp"
 #include "fixtures.hpp"
+#include "topology/binding.hpp"
 
 namespace ddp {
 namespace {

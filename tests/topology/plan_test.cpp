@@ -2,10 +2,10 @@
 // binding.hpp; each comment says which fact of the topology decides the value.
 #include <gtest/gtest.h>
 
-#include "binding.hpp"
-#include "error.hpp"
+#include "core/error.hpp"
 #include "fixtures.hpp"
 #include "test_common.hpp"
+#include "topology/binding.hpp"
 
 namespace ddp {
 namespace {

@@ -1,6 +1,6 @@
 // Expected values were read off `lstopo-no-graphics -i data/FILE` (and `--cpuset`) by hand; each comment says
 // what in that output makes the value right.
-#include "topology.hpp"
+#include "topology/topology.hpp"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 
 #include <fstream>
 
-#include "error.hpp"
+#include "core/error.hpp"
 #include "fixtures.hpp"
 
 namespace ddp {

@@ -1,0 +1,520 @@
+#include "ddp_runtime/distributed/recovery.hpp"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <fstream>
+#include <future>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "core/netif.hpp"
+#include "core/socket.hpp"
+#include "ddp_runtime/distributed/store_auth.hpp"
+#include "ddp_runtime/training/error_message.hpp"
+
+namespace ddp::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr char kStandbyProofKey[] = "ddp-train/standby-proof";
+constexpr char kGroupEnded[] = "ddp-train group ended";
+constexpr milliseconds kPoll{10};
+
+std::atomic<int> releasing{0};
+
+std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+std::string text(const std::vector<uint8_t>& value) { return std::string(value.begin(), value.end()); }
+
+// Bound to the run (the Slurm job, which every step of it shares: a replacement runs in a step of its own) and to
+// the endpoint.
+std::string standby_proof(const Launch& launch, const std::string& run_id, const std::string& endpoint) {
+  return job_hmac(launch, "ddp-train standby " + run_id + " " + endpoint);
+}
+
+// Every key of every generation lies under a prefix that only the job's key gives.
+std::string key_prefix(const Launch& launch, const std::string& run_id) {
+  return job_hmac(launch, "ddp-train recovery keys " + run_id) + "/recovery/";
+}
+
+// "address port", as the endpoints travel in the identities (IPv6 addresses hold colons).
+std::pair<std::string, uint16_t> split_endpoint(const std::string& endpoint) {
+  const std::size_t space = endpoint.rfind(' ');
+  if (space == std::string::npos) return {endpoint, 0};
+  return {endpoint.substr(0, space), static_cast<uint16_t>(std::stoi(endpoint.substr(space + 1)))};
+}
+
+bool refused(std::string reason) {
+  std::transform(reason.begin(), reason.end(), reason.begin(), [](unsigned char c) { return std::tolower(c); });
+  return reason.find("refused") != std::string::npos;
+}
+
+std::string report_text(const MemberReport& report) {
+  return std::to_string(report.step) + ":" + (report.has_state ? "1" : "0");
+}
+
+MemberReport parse_report(const std::string& text) {
+  MemberReport report;
+  const std::size_t colon = text.find(':');
+  report.step = std::stoll(text.substr(0, colon));
+  report.has_state = colon != std::string::npos && text.substr(colon + 1) == "1";
+  return report;
+}
+
+bool wait_for_key(const compat::StorePtr& store, const std::string& key, milliseconds timeout) {
+  try {
+    store->wait({key}, timeout);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+// A generation's list, as the leader writes it, one field per line or tab:
+//   formed|fallback
+//   the verdict (empty when formed)
+//   the member id the next replacement gets
+//   the number of members, then per member, in their new rank order (the source first):
+//     id, steps, holds a state (1/0), host, device, standby endpoint
+//   the number of members lost, then per member lost: id, dead (1/0)
+struct Recovery::GenerationList {
+  bool formed = false;
+  std::string verdict;
+  int next_id = 0;
+  struct Entry {
+    int id = 0;
+    int64_t step = 0;
+    bool has_state = false;
+    RankIdentity identity;
+  };
+  std::vector<Entry> members;
+  std::vector<std::pair<int, bool>> lost;
+
+  std::string encode() const {
+    std::ostringstream out;
+    out << (formed ? "formed" : "fallback") << '\n' << verdict << '\n' << next_id << '\n' << members.size() << '\n';
+    for (const Entry& e : members) {
+      out << e.id << '\t' << e.step << '\t' << e.has_state << '\t' << e.identity.host << '\t' << e.identity.device
+          << '\t' << e.identity.standby << '\n';
+    }
+    out << lost.size() << '\n';
+    for (const auto& [id, dead] : lost) out << id << '\t' << dead << '\n';
+    return out.str();
+  }
+
+  static GenerationList decode(const std::string& text) {
+    GenerationList decoded;
+    std::istringstream in(text);
+    std::string line;
+    std::getline(in, line);
+    decoded.formed = line == "formed";
+    std::getline(in, decoded.verdict);
+    std::getline(in, line);
+    decoded.next_id = std::stoi(line);
+    std::getline(in, line);
+    for (int i = std::stoi(line); i > 0 && std::getline(in, line); --i) {
+      std::vector<std::string> fields;
+      std::istringstream row(line);
+      for (std::string field; std::getline(row, field, '\t');) fields.push_back(field);
+      fields.resize(6);
+      Entry e;
+      e.id = std::stoi(fields[0]);
+      e.step = std::stoll(fields[1]);
+      e.has_state = fields[2] == "1";
+      e.identity = {fields[3], fields[4], fields[5], e.id};
+      decoded.members.push_back(e);
+    }
+    std::getline(in, line);
+    for (int i = std::stoi(line); i > 0 && std::getline(in, line); --i) {
+      const std::size_t tab = line.find('\t');
+      decoded.lost.emplace_back(std::stoi(line.substr(0, tab)), line.substr(tab + 1) == "1");
+    }
+    return decoded;
+  }
+};
+
+struct Recovery::Probe {
+  enum State { Dead, Silent, Answered } state = Silent;
+  compat::StorePtr store;  // Answered: verified, under the job's prefix
+};
+
+std::string group_file_name(const std::string& run_id) { return ".ddp-group-" + run_id; }
+
+std::string describe_lost(const std::vector<Lost>& lost) {
+  std::string names;
+  for (std::size_t i = 0; i < lost.size(); ++i) {
+    names += i == 0 ? "" : i + 1 == lost.size() ? " and " : ", ";
+    names += describe_rank({lost[i].identity}, 0);
+  }
+  return names;
+}
+
+Recovery::Recovery(const Launch& launch, Distributed& dist, RecoverySettings settings)
+    : launch_(launch), dist_(dist), settings_(std::move(settings)), self_(dist.rank) {
+  host_standby();
+  identities_ = gather_identities(dist_, endpoint_);
+  for (std::size_t rank = 0; rank < identities_.size(); ++rank) {
+    members_.push_back({static_cast<int>(rank), identities_[rank]});
+  }
+  next_id_ = static_cast<int>(members_.size());
+}
+
+Recovery::Recovery(const Launch& launch, Distributed& dist, RecoverySettings settings, ReplacementTag)
+    : launch_(launch), dist_(dist), settings_(std::move(settings)), self_(-1) {
+  host_standby();
+}
+
+std::unique_ptr<Recovery> Recovery::replacement(const Launch& launch, Distributed& dist, RecoverySettings settings) {
+  return std::unique_ptr<Recovery>(new Recovery(launch, dist, std::move(settings), ReplacementTag{}));
+}
+
+void Recovery::host_standby() {
+  const std::string address = advertised_address(launch_.socket_ifnames);
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  options.timeout = settings_.timeout;
+  compat::StorePtr server;
+  try {
+    server = compat::make_tcp_store(address, options);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rank " + std::to_string(launch_.rank) + " could not host its standby store on " +
+                             address + " for --recover in-place: " + error_summary(e));
+  }
+  endpoint_ = address + " " + std::to_string(static_cast<c10d::TCPStore&>(*server).getPort());
+  server->set(kStandbyProofKey, bytes(standby_proof(launch_, settings_.run_id, endpoint_)));
+  standby_ = c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), server);
+}
+
+Recovery::~Recovery() = default;
+
+std::string Recovery::key(int64_t generation, const std::string& name) const {
+  return "g" + std::to_string(generation) + "/" + name;
+}
+
+void Recovery::release_group(Distributed& dist) {
+  compat::ProcessGroupPtr group = std::move(dist.group);
+  dist.group = compat::ProcessGroupPtr();
+  compat::StorePtr store = std::move(dist.store);
+  dist.store = compat::StorePtr();
+  if (!group) return;
+  ++releasing;
+  std::thread([group = std::move(group), store = std::move(store)]() mutable {
+    try {
+      group.reset();
+      store.reset();
+    } catch (...) {
+      // A group that fails to go has nothing more to say: its ranks are already on their way to a new one.
+    }
+    --releasing;
+  }).detach();
+}
+
+int Recovery::groups_being_released() { return releasing.load(); }
+
+Recovery::Probe Recovery::probe(const Member& member, milliseconds wait) const {
+  const auto [host, port] = split_endpoint(member.identity.standby);
+  try {
+    Socket::connect_to(host, port, Deadline::after(wait));
+  } catch (const NetError& e) {
+    return {refused(e.what()) ? Probe::Dead : Probe::Silent, {}};
+  }
+  const ProvenStore proven =
+      connect_proven(host, port, kStandbyProofKey, standby_proof(launch_, settings_.run_id, member.identity.standby),
+                     wait, milliseconds(500));
+  if (!proven.store) return {Probe::Silent, {}};
+  proven.store->setTimeout(settings_.timeout);
+  return {Probe::Answered, c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), proven.store)};
+}
+
+Regrouped Recovery::regroup(const MemberReport& mine) {
+  const auto start = Clock::now();
+  const int64_t generation = generation_ + 1;
+  const std::vector<Member> candidates = members_;
+  for (const Member& candidate : candidates) {
+    Regrouped result;
+    if (candidate.id == self_) {
+      result = lead(generation, mine);
+    } else {
+      // A silent candidate is probed again until the join window has passed: a loaded node may answer late, and
+      // skipping a live candidate would make two leaders (the quorum keeps them from both going on, but then
+      // neither does).
+      Probe found = probe(candidate, settings_.probe);
+      while (found.state == Probe::Silent && Clock::now() < start + settings_.join_window) {
+        found = probe(candidate, settings_.probe);
+      }
+      if (found.state != Probe::Answered) continue;
+      // It lives: it leads once its own collective has failed, within --timeout.
+      if (!wait_for_key(found.store, key(generation, "leader"), settings_.timeout + settings_.join_window)) continue;
+      try {
+        result = follow(generation, found.store, mine);
+      } catch (const LeftOut&) {
+        throw;
+      } catch (const GroupNotFormed&) {
+        throw;  // the leader did its part: the generation stands, and the next one is met from it
+      } catch (const std::exception&) {
+        continue;  // the leader failed while the others waited: the next member that answers leads
+      }
+    }
+    result.seconds = Clock::now() - start;
+    return result;
+  }
+  throw std::runtime_error("no member of generation " + std::to_string(generation_) + " could be reached");
+}
+
+Regrouped Recovery::lead(int64_t generation, const MemberReport& mine) {
+  standby_->set(key(generation, "report/" + std::to_string(self_)), bytes(report_text(mine)));
+  standby_->set(key(generation, "leader"), bytes(std::to_string(self_)));
+  // Each other member is probed at once, on a thread of its own. One that is silent is probed again until the join
+  // window has passed (a loaded node may answer late); one that answers is awaited until it reports; a dead one
+  // is not.
+  const auto start = Clock::now();
+  const auto window_end = start + settings_.join_window;
+  const auto deadline = start + settings_.timeout + settings_.join_window;
+  const auto probe_later = [this](const Member& member) {
+    return std::async(std::launch::async, [this, member] { return probe(member, settings_.probe).state; });
+  };
+  std::map<int, std::future<Probe::State>> probes;
+  for (const Member& member : members_) {
+    if (member.id != self_) probes[member.id] = probe_later(member);
+  }
+  std::map<int, MemberReport> reported{{self_, mine}};
+  std::map<int, Probe::State> found;
+  for (;;) {
+    bool waiting = false;
+    for (const Member& member : members_) {
+      if (reported.count(member.id)) continue;
+      const std::string report = key(generation, "report/" + std::to_string(member.id));
+      if (standby_->check({report})) {
+        reported[member.id] = parse_report(text(standby_->get(report)));
+        continue;
+      }
+      auto& pending = probes[member.id];
+      if (pending.valid() && pending.wait_for(milliseconds(0)) == std::future_status::ready) {
+        found[member.id] = pending.get();
+        if (found[member.id] == Probe::Silent && Clock::now() < window_end) pending = probe_later(member);
+      }
+      const bool settled = found.count(member.id) &&
+                           (found[member.id] == Probe::Dead || (found[member.id] == Probe::Silent && !pending.valid()));
+      if (!settled) waiting = true;
+    }
+    if (!waiting || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(kPoll);
+  }
+
+  GenerationList list;
+  int dead = 0;
+  for (const Member& member : members_) {
+    if (reported.count(member.id)) continue;
+    const bool is_dead = found.count(member.id) && found[member.id] == Probe::Dead;
+    dead += is_dead;
+    list.lost.emplace_back(member.id, is_dead);
+  }
+  // The source: the most steps among members holding a state, the lowest rank among equals.
+  int source = -1;
+  for (const Member& member : members_) {
+    const auto it = reported.find(member.id);
+    if (it == reported.end() || !it->second.has_state) continue;
+    if (source < 0 || it->second.step > reported[source].step) source = member.id;
+  }
+  const auto count = static_cast<int>(reported.size());
+  const int voters = static_cast<int>(members_.size()) - dead;
+  const std::string answered = std::to_string(count) + " of " + std::to_string(members_.size()) + " ranks answer";
+  if (count < settings_.min_ranks) {
+    list.verdict = answered + ", fewer than --min-ranks " + std::to_string(settings_.min_ranks);
+  } else if (2 * count <= voters) {
+    list.verdict = answered + ", no majority of the " + std::to_string(voters) +
+                   " that may live on (a rank that is stopped, hung or cut off may still go on with others)";
+  } else if (source < 0) {
+    list.verdict = "no rank that answers holds a trained state";
+  }
+  list.formed = list.verdict.empty();
+  list.next_id = next_id_;
+  std::map<int, RankIdentity> known;
+  for (const Member& member : members_) known[member.id] = member.identity;
+  if (source >= 0) list.members.push_back({source, reported[source].step, true, known[source]});
+  for (const Member& member : members_) {
+    const auto it = reported.find(member.id);
+    if (it != reported.end() && member.id != source) {
+      list.members.push_back({member.id, it->second.step, it->second.has_state, member.identity});
+    }
+  }
+  if (list.formed) admit_replacements(generation, list);
+  const std::string encoded = list.encode();
+  standby_->set(key(generation, "list"), bytes(encoded));
+  return take_list(generation, encoded, standby_);
+}
+
+Regrouped Recovery::follow(int64_t generation, const compat::StorePtr& store, const MemberReport& mine) {
+  store->set(key(generation, "report/" + std::to_string(self_)), bytes(report_text(mine)));
+  const std::string list_key = key(generation, "list");
+  if (!wait_for_key(store, list_key, settings_.timeout + 2 * settings_.join_window)) {
+    throw std::runtime_error("the leader of generation " + std::to_string(generation) + " closed no list");
+  }
+  return take_list(generation, text(store->get(list_key)), store);
+}
+
+Regrouped Recovery::take_list(int64_t generation, const std::string& encoded, const compat::StorePtr& store) {
+  const GenerationList list = GenerationList::decode(encoded);
+  std::map<int, RankIdentity> known;
+  for (const Member& member : members_) known[member.id] = member.identity;
+  for (const auto& e : list.members) known[e.id] = e.identity;
+  Regrouped result;
+  result.generation = generation;
+  result.formed = list.formed;
+  result.verdict = list.verdict;
+  for (const auto& [id, dead] : list.lost) result.lost.push_back({id, known[id], dead});
+  const auto me = std::find_if(list.members.begin(), list.members.end(), [&](const auto& e) { return e.id == self_; });
+  if (me == list.members.end()) {
+    throw LeftOut(describe_rank({known[self_]}, 0) +
+                  " was left out: the other ranks went on without it as generation " + std::to_string(generation) +
+                  " (it did not answer within " + std::to_string(settings_.probe.count()) +
+                  " ms when they met, or came too late)");
+  }
+  if (!list.members.empty()) {
+    result.source_is_me = list.members.front().id == self_;
+    result.source_step = list.members.front().step;
+    for (const auto& e : list.members) {
+      if (e.step != result.source_step || !e.has_state) result.someone_behind = true;
+      if (!e.has_state) result.joined.push_back(e.identity);
+    }
+  }
+  if (!list.formed) return result;
+
+  // The generation is this one from here on, also when its group fails to form: the next attempt is a newer one.
+  members_.clear();
+  identities_.clear();
+  for (const auto& e : list.members) {
+    members_.push_back({e.id, known[e.id]});
+    identities_.push_back(known[e.id]);
+  }
+  generation_ = generation;
+  next_id_ = list.next_id;
+  const auto rank = static_cast<int>(me - list.members.begin());
+  const auto size = static_cast<int>(members_.size());
+  auto gloo_store = c10::make_intrusive<c10d::PrefixStore>(key(generation, "gloo/"), store);
+  try {
+    dist_.group = compat::make_gloo_group(gloo_store, rank, size, launch_.socket_ifnames, settings_.timeout);
+    dist_.store = store;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw GroupNotFormed("the group of generation " + std::to_string(generation) +
+                         " did not form: " + error_summary(e));
+  }
+  dist_.rank = rank;
+  dist_.world_size = size;
+  return result;
+}
+
+// Rank 0 takes every replacement that asked at its store into the generation it forms: each gets the next free
+// member id, no state (rank 0 sends it the state), and learns the generation it belongs to.
+void Recovery::admit_replacements(int64_t generation, GenerationList& list) {
+  const int64_t asked = standby_->add("joins", 0);
+  for (; joins_admitted_ < asked; ++joins_admitted_) {
+    const std::string request = "join/" + std::to_string(joins_admitted_ + 1);
+    if (!standby_->check({request})) break;  // asked but not yet written: the next generation takes it
+    std::vector<std::string> fields;
+    std::istringstream row(text(standby_->get(request)));
+    for (std::string field; std::getline(row, field, '\t');) fields.push_back(field);
+    fields.resize(3);
+    const int id = list.next_id++;
+    list.members.push_back({id, 0, false, RankIdentity{fields[0], fields[1], fields[2], id}});
+    standby_->set(request + "/generation", bytes(std::to_string(generation)));
+  }
+}
+
+bool Recovery::joins_pending() { return standby_->add("joins", 0) > joins_admitted_; }
+
+std::string Recovery::group_file() const {
+  std::string text = "ddp-train group " + std::to_string(generation_) + "\n";
+  for (const Member& member : members_) text += std::to_string(member.id) + "\t" + member.identity.standby + "\n";
+  return text;
+}
+
+std::string Recovery::ended_group_file() { return std::string(kGroupEnded) + "\n"; }
+
+namespace {
+
+bool group_ended(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  return std::getline(in, line) && line == kGroupEnded;
+}
+
+// The group file's members, in rank order: id and standby endpoint. Empty when it does not exist or does not parse.
+std::vector<std::pair<int, std::string>> read_group_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<std::pair<int, std::string>> members;
+  if (!std::getline(in, line) || line.rfind("ddp-train group ", 0) != 0) return members;
+  while (std::getline(in, line) && members.size() < 100000) {
+    const std::size_t tab = line.find('\t');
+    if (tab == std::string::npos || tab == 0) return {};
+    try {
+      members.emplace_back(std::stoi(line.substr(0, tab)), line.substr(tab + 1));
+    } catch (const std::exception&) {
+      return {};
+    }
+  }
+  return members;
+}
+
+}  // namespace
+
+Regrouped Recovery::join(const std::string& group_file_path, const std::function<void(const std::string&)>& asked) {
+  const auto start = Clock::now();
+  const auto deadline = start + 2 * settings_.timeout;
+  std::string why = "no group file " + group_file_path + " (is the run going, with the same --snapshot-dir?)";
+  while (Clock::now() < deadline) {
+    if (group_ended(group_file_path)) {
+      throw std::runtime_error("this replacement could not join the run: it has ended (" + group_file_path +
+                               " says so)");
+    }
+    const auto members = read_group_file(group_file_path);
+    if (!members.empty()) {
+      // The current rank 0 admits replacements; a rank 0 that does not answer is being replaced itself, and the
+      // group file names the next one once the others have regrouped.
+      const Member leader{members.front().first, RankIdentity{"", "", members.front().second, members.front().first}};
+      const Probe found = probe(leader, settings_.probe);
+      why = "rank " + std::to_string(leader.id) + " named by " + group_file_path + " did not answer at " +
+            leader.identity.standby +
+            (found.state == Probe::Dead ? " (nothing listens there)" : " (no proof within the probe's wait)") + " in " +
+            std::to_string(std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()) + " ms";
+      if (found.state == Probe::Answered) {
+        const int64_t ticket = found.store->add("joins", 1);
+        const std::string request = "join/" + std::to_string(ticket);
+        found.store->set(request, bytes(host_name() + "\t" + dist_.device.str() + "\t" + endpoint_));
+        asked("asked rank " + std::to_string(leader.id) + " to join the run (request " + std::to_string(ticket) + ")");
+        why = "rank " + std::to_string(leader.id) + " did not admit this replacement within the timeout";
+        if (wait_for_key(found.store, request + "/generation", settings_.timeout)) {
+          const int64_t generation = std::stoll(text(found.store->get(request + "/generation")));
+          const std::string list_key = key(generation, "list");
+          if (wait_for_key(found.store, list_key, settings_.timeout)) {
+            const std::string encoded = text(found.store->get(list_key));
+            for (const auto& e : GenerationList::decode(encoded).members) {
+              if (e.identity.standby == endpoint_) self_ = e.id;
+            }
+            Regrouped result = take_list(generation, encoded, found.store);
+            result.seconds = Clock::now() - start;
+            return result;
+          }
+        }
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  throw std::runtime_error("this replacement could not join the run: " + why);
+}
+
+}  // namespace ddp::runtime

@@ -1,0 +1,111 @@
+#include "core/ports.hpp"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/parse.hpp"
+
+namespace ddp {
+
+PortRange parse_port_range(std::string_view text, std::string_view what) {
+  const size_t dash = text.find('-');
+  const auto first = parse_uint(text.substr(0, dash), 65535);
+  const auto last = dash == std::string_view::npos ? std::nullopt : parse_uint(text.substr(dash + 1), 65535);
+  if (!first || !last || *first == 0 || *last < *first) {
+    throw Error(std::string(what) + " " + quote(text) +
+                " is not a port range FIRST-LAST within 1-65535, e.g. 20000-29999");
+  }
+  return {static_cast<uint16_t>(*first), static_cast<uint16_t>(*last)};
+}
+
+PortRange parse_ephemeral_range(std::string_view proc_text) {
+  std::istringstream in{std::string(proc_text)};
+  uint32_t first = 0, last = 0;
+  if (!(in >> first >> last) || first == 0 || last > 65535 || last < first) {
+    throw Error("cannot read the kernel's ephemeral port range from " + quote(proc_text));
+  }
+  return {static_cast<uint16_t>(first), static_cast<uint16_t>(last)};
+}
+
+PortRange read_ephemeral_range(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  if (!file) throw Error("cannot read " + path + ": the kernel's ephemeral port range is needed to check port_range");
+  return parse_ephemeral_range(text.str());
+}
+
+const char* to_string(PortSource source) {
+  switch (source) {
+    case PortSource::User: return "user";
+    case PortSource::Reserved: return "reserved";
+    case PortSource::Hashed: return "hash";
+  }
+  return "?";
+}
+
+std::string new_job_key() {
+  unsigned char random[16];
+  size_t got = 0;
+  while (got < sizeof random) {
+    const ssize_t n = getrandom(random + got, sizeof random - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Error(std::string("no random bytes for the job's key (getrandom: ") + std::strerror(errno) + ")");
+    got += static_cast<size_t>(n);
+  }
+  static const char kDigits[] = "0123456789abcdef";
+  std::string key;
+  for (unsigned char byte : random) {
+    key += kDigits[byte >> 4];
+    key += kDigits[byte & 15];
+  }
+  return key;
+}
+
+bool is_job_key(std::string_view text) {
+  if (text.size() != 32) return false;
+  for (char c : text) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+uint16_t hashed_port(uint32_t job_id, uint32_t step_id, PortRange range, std::string_view job_key) {
+  if (is_job_key(job_key)) {
+    const auto seed = static_cast<uint32_t>(std::stoul(std::string(job_key.substr(0, 8)), nullptr, 16));
+    return static_cast<uint16_t>(range.first + (uint64_t{seed} + step_id) % range.size());
+  }
+  const uint32_t slots = std::min(kStepsPerJob, range.size());
+  const uint32_t blocks = range.size() / slots;
+  return static_cast<uint16_t>(range.first + (job_id % blocks) * slots + step_id % slots);
+}
+
+std::vector<PortRange> parse_reserved_ports(std::string_view text) {
+  constexpr std::string_view kWhat = "SLURM_STEP_RESV_PORTS (set by Slurm's MpiParams=ports)";
+  constexpr size_t kMaxItems = 1024;  // Slurm reserves a handful per step; bounds the work on odd input
+  std::vector<PortRange> ranges;
+  for_each_range(text, [&](std::string_view, std::string_view first_text, std::string_view last_text) {
+    const auto first = require_uint(first_text, 1, 65535, kWhat);
+    const auto last = require_uint(last_text, 1, 65535, kWhat);
+    if (last < first || (!ranges.empty() && first <= ranges.back().last) || ranges.size() == kMaxItems) {
+      throw Error(std::string(kWhat) + " " + quote(text) + " is not an ascending list of ports and FIRST-LAST ranges");
+    }
+    ranges.push_back({static_cast<uint16_t>(first), static_cast<uint16_t>(last)});
+  });
+  return ranges;
+}
+
+PortChoice choose_master_port(std::optional<uint16_t> user_port, std::string_view reserved, uint32_t job_id,
+                              uint32_t step_id, PortRange range, std::string_view job_key) {
+  if (user_port) return {*user_port, PortSource::User};
+  if (!reserved.empty()) return {parse_reserved_ports(reserved).front().first, PortSource::Reserved};
+  return {hashed_port(job_id, step_id, range, job_key), PortSource::Hashed};
+}
+
+}  // namespace ddp

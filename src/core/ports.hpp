@@ -1,0 +1,71 @@
+#pragma once
+// The rendezvous port (MASTER_PORT) of a step. One place decides it, on every node alike, with no
+// communication: from the user's --ddp-port, else from ports Slurm reserved for the step (MpiParams=ports: Slurm
+// never gives one to two steps at once), else derived inside the admin's range from the job's key and the step id.
+//
+// Whoever binds the port first hosts the rendezvous store, and PyTorch's c10d store has no authentication. So the
+// derived port is unpredictable to other users (it comes from the job's key, which only the job's environment
+// holds), and ddp-train's ranks check that the store they reach proves it knows that key.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/env_names.hpp"
+
+namespace ddp {
+
+struct PortRange {
+  uint16_t first = 0;
+  uint16_t last = 0;
+  uint32_t size() const { return uint32_t{last} - first + 1; }
+  bool contains(uint16_t port) const { return port >= first && port <= last; }
+  bool overlaps(const PortRange& other) const { return first <= other.last && other.first <= last; }
+  std::string text() const { return std::to_string(first) + "-" + std::to_string(last); }
+};
+
+// "20000-29999"; throws ddp::Error naming `what` on anything else.
+PortRange parse_port_range(std::string_view text, std::string_view what);
+
+// The kernel's ephemeral range from /proc/sys/net/ipv4/ip_local_port_range ("32768\t60999").
+PortRange parse_ephemeral_range(std::string_view proc_text);
+PortRange read_ephemeral_range(const std::string& path = "/proc/sys/net/ipv4/ip_local_port_range");
+
+enum class PortSource { User, Reserved, Hashed };
+const char* to_string(PortSource source);
+
+struct PortChoice {
+  uint16_t port = 0;
+  PortSource source = PortSource::Hashed;
+};
+
+// A job's key: 32 hex digits from the kernel's random source. srun, sbatch and salloc make one for a --ddp job
+// (DDP_JOB_KEY; an srun inside an allocation keeps the allocation's), so every step of the job sees the same one.
+constexpr const char* kJobKeyVariable = vars::kJobKey;
+// The same key under the name Slurm gives a plugin's job control variable in a job's environment
+// (spank_job_control_setenv("DDP_JOB_KEY") in sbatch and salloc becomes SLURM_SPANK_DDP_JOB_KEY there). --export=NONE,
+// SLURM_EXPORT_ENV=NONE and --export=VARS keep every variable whose name starts with SLURM (srun's
+// _build_user_env: env_array_merge_slurm in 22.05, env_array_merge_slurm_spank in 23.11 to 26.05; sbatch's
+// env_merge_filter likewise), so the key reaches slurmstepd however the user filters the environment.
+constexpr const char* kJobKeyCarrier = "SLURM_SPANK_DDP_JOB_KEY";
+std::string new_job_key();  // throws ddp::Error when the kernel has no random bytes
+bool is_job_key(std::string_view text);
+
+// With a key, the job's steps get consecutive ports from a place in the range that the key chooses: no other user
+// can predict it, and a job's concurrent steps never share a port. Two jobs meet with a probability of about
+// (steps of both) / range.size(); the loser fails at once (see ddp-train's store check). Without a key (an srun
+// that predates it), from the ids: concurrent steps of one job differ for kStepsPerJob of them, and jobs collide
+// only when their ids are congruent modulo range.size() / kStepsPerJob.
+constexpr uint32_t kStepsPerJob = 16;
+uint16_t hashed_port(uint32_t job_id, uint32_t step_id, PortRange range, std::string_view job_key = {});
+
+// SLURM_STEP_RESV_PORTS as Slurm writes it: comma-separated ports and FIRST-LAST ranges, ascending ("12000-12003",
+// "12000,12007-12008"). Throws ddp::Error naming the variable.
+std::vector<PortRange> parse_reserved_ports(std::string_view text);
+
+// `reserved` is SLURM_STEP_RESV_PORTS, empty when none; `job_key` DDP_JOB_KEY, empty or malformed: none.
+PortChoice choose_master_port(std::optional<uint16_t> user_port, std::string_view reserved, uint32_t job_id,
+                              uint32_t step_id, PortRange range, std::string_view job_key = {});
+
+}  // namespace ddp
