@@ -92,13 +92,13 @@ std::unique_ptr<torch::optim::OptimizerParamState> restore_adamw(const NamedTens
   return state;
 }
 
-const OptimizerEntry kOptimizers[] = {
+const OptimizerEntry kOptimizerEntries[] = {
     {OptimizerKind::Sgd, make_sgd, saved_sgd, restore_sgd},
     {OptimizerKind::AdamW, make_adamw, saved_adamw, restore_adamw},
 };
 
 const OptimizerEntry& optimizer_entry(OptimizerKind kind) {
-  for (const OptimizerEntry& entry : kOptimizers) {
+  for (const OptimizerEntry& entry : kOptimizerEntries) {
     if (entry.kind == kind) return entry;
   }
   throw Error(std::string("the optimizer ") + to_string(kind) +
@@ -125,7 +125,7 @@ double cosine_lr(const OptimizerOptions& o, double step, int64_t, int64_t total_
   return o.lr * std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
-const Schedule kSchedules[] = {
+const Schedule kScheduleEntries[] = {
     {LrSchedule::Constant, constant_lr},
     {LrSchedule::Step, step_lr},
     {LrSchedule::Cosine, cosine_lr},
@@ -134,7 +134,7 @@ const Schedule kSchedules[] = {
 }  // namespace
 
 double scheduled_lr(const OptimizerOptions& o, double step, int64_t epoch, int64_t total_steps) {
-  for (const Schedule& schedule : kSchedules) {
+  for (const Schedule& schedule : kScheduleEntries) {
     if (schedule.kind == o.schedule) return schedule.lr(o, step, epoch, total_steps);
   }
   throw Error(std::string("the schedule ") + to_string(o.schedule) +
