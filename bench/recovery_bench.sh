@@ -128,12 +128,19 @@ for ((i = 0; i < TRIES; i++)); do
   wait_all
 done
 
-# 4: the clean run sets the number of epochs that last about DURATION seconds.
-calibrate=$WORK/calibrate
-t0=$(now)
-start_ranks "$calibrate" 2
-wait_all
-epoch_seconds=$(awk -v t="$(elapsed "$t0" "$(now)")" 'BEGIN { print t / 2 }')
+# 4: the clean run sets the number of epochs that last about DURATION seconds. An epoch's time is the difference
+# of a run of 8 epochs and one of 2, divided by 6: the start of the processes and their rendezvous (seconds, on a
+# loaded machine) counted as epochs made the runs last less than half of DURATION.
+timed_run() {  # EPOCHS: seconds for a clean run of EPOCHS epochs
+  local t0
+  t0=$(now)
+  start_ranks "$WORK/calibrate-$1" "$1"
+  wait_all
+  elapsed "$t0" "$(now)"
+}
+short=$(timed_run 2)
+long=$(timed_run 8)
+epoch_seconds=$(awk -v s="$short" -v l="$long" 'BEGIN { e = (l - s) / 6; print e > 0 ? e : l / 8 }')
 EPOCHS=$(awk -v d="$DURATION" -v e="$epoch_seconds" 'BEGIN { n = int(d / e); print n < 2 ? 2 : n }')
 
 run_clean() {
