@@ -140,7 +140,7 @@ timed_run() {  # EPOCHS: seconds for a clean run of EPOCHS epochs
 }
 short=$(timed_run 2)
 long=$(timed_run 8)
-epoch_seconds=$(awk -v s="$short" -v l="$long" 'BEGIN { e = (l - s) / 6; print e > 0 ? e : l / 8 }')
+epoch_seconds=$(awk -v s="$short" -v l="$long" 'BEGIN { e = (l - s) / 6; print (e > 0 ? e : l / 8) }')
 EPOCHS=$(awk -v d="$DURATION" -v e="$epoch_seconds" 'BEGIN { n = int(d / e); print n < 2 ? 2 : n }')
 
 run_clean() {
