@@ -26,6 +26,21 @@ exec(sys.argv[2])
 EOF
 }
 
+# doctor_fails WHAT SRUN-AND-DOCTOR-ARGS...: the step fails; FAILED_OUTPUT holds every task's standard output in task
+# order, each written to a file of its own (PER_TASK). Ranks that print their reports at once would otherwise have
+# their long --json lines cut into each other: srun forwards a task's output in messages of at most 1 KiB, and those
+# of different tasks come interleaved.
+PER_TASK=(--output=task-%t.out --error=task-%t.err)
+doctor_fails() {
+  local what=$1
+  shift
+  rm -f "$TEST_DIR"/task-*.out "$TEST_DIR"/task-*.err
+  if run_on_cluster timeout 120 "$@" >"$TEST_DIR/srun.out" 2>&1; then
+    fail "$what: succeeded but should have failed; output: $(cat "$TEST_DIR/srun.out" "$TEST_DIR"/task-*)"
+  fi
+  FAILED_OUTPUT=$(cat "$TEST_DIR"/task-*.out)
+}
+
 # --- healthy: every check passes on both nodes --------------------------------------------------------------
 install -d -o "$DDP_CLUSTER_USER" "$TEST_DIR/snap"
 table=$(run_on_cluster timeout 120 "${STEP[@]}" "$doctor" "${QUICK[@]}" --snapshot-dir "$TEST_DIR/snap" 2>&1) ||
@@ -43,8 +58,8 @@ assert len(rows('net.master_port', 'OK')) == 4, rows('net.master_port', 'OK')
 # snapshot directory rules ask, so storage.dir passes): not shared ---------------------------------------------
 private=$DDP_CLUSTER_LOCAL/$TEST_NAME.$$
 on_exit "on_node node1 rm -rf '$private'; on_node node2 rm -rf '$private'"
-assert_fails "node-private snapshot directory" run_on_cluster timeout 120 srun --ddp=gloo --ddp-snapshot-dir="$private" \
-  -N2 --ntasks-per-node=2 "$doctor" "${QUICK[@]}" --json
+doctor_fails "node-private snapshot directory" srun --ddp=gloo --ddp-snapshot-dir="$private" -N2 --ntasks-per-node=2 \
+  "${PER_TASK[@]}" "$doctor" "${QUICK[@]}" --json
 expect_report "$FAILED_OUTPUT" "
 assert report['ok'] is False
 failed = rows('storage.shared', 'FAIL')
@@ -54,8 +69,8 @@ assert len(failed) == 2 and all('not the same directory on every node' in detail
 # --- eth1 down on node2: FAIL on node2 (checked once per node), naming the interface and the fix --------------------------
 on_exit 'on_node node2 ip link set eth1 up'
 on_node node2 ip link set eth1 down
-assert_fails "eth1 down on node2" run_on_cluster timeout 120 "${STEP[@]}" "$doctor" "${QUICK[@]}" --json \
-  --interface eth1 --snapshot-dir "$TEST_DIR/snap"
+doctor_fails "eth1 down on node2" "${STEP[@]}" "${PER_TASK[@]}" "$doctor" "${QUICK[@]}" --json --interface eth1 \
+  --snapshot-dir "$TEST_DIR/snap"
 expect_report "$FAILED_OUTPUT" "
 failed = rows('net.interface', 'FAIL')
 assert [rank for rank, _, _ in failed] == [2], failed
@@ -73,7 +88,7 @@ exec $doctor "\$@"
 EOF
 chmod 0755 "$TEST_DIR/wrong_port.sh"
 # --ddp-keep-going: rank 0's view too (by default srun ends the step when node2's ranks exit with their report).
-assert_fails "master port unreachable from node2" run_on_cluster timeout 120 "${STEP[@]}" --ddp-keep-going "$TEST_DIR/wrong_port.sh" \
+doctor_fails "master port unreachable from node2" "${STEP[@]}" --ddp-keep-going "${PER_TASK[@]}" "$TEST_DIR/wrong_port.sh" \
   "${QUICK[@]}" --timeout 3 --json --snapshot-dir "$TEST_DIR/snap"
 expect_report "$FAILED_OUTPUT" "
 failed = rows('net.master_port', 'FAIL')
