@@ -58,8 +58,6 @@ std::thread duty_cycle(pid_t pid, std::chrono::milliseconds stopped, std::chrono
   });
 }
 
-// A cgroup of its own with a CPU quota (cgroup v2's cpu.max, else v1's cpu.cfs_quota_us), removed with the object;
-// empty where this process cannot make one (not root, no cpu controller).
 // This process in a session of its own whose autogroup is raised (nice -10), for as long as the object lives, so
 // that the ranks it starts share the CPUs between themselves before anything else. The kernel shares the CPUs between
 // sessions (autogroups) first, and CI runs two suites at once on its 2 cores: at the default, a rank whose core the
@@ -68,8 +66,9 @@ class RaisedSession {
  public:
   RaisedSession() {
     setsid();  // fails, harmlessly, where this process already leads a process group (run from a shell)
-    std::ifstream("/proc/self/autogroup") >> name_ >> word_ >> before_;  // "/autogroup-123 nice 0"
-    raised_ = word_ == "nice" && write_nice(-10);
+    std::string group, word;
+    std::ifstream("/proc/self/autogroup") >> group >> word >> before_;  // "/autogroup-123 nice 0"
+    raised_ = word == "nice" && write_nice(-10);
   }
   ~RaisedSession() {
     if (raised_) write_nice(before_);
@@ -83,11 +82,12 @@ class RaisedSession {
     file << nice << std::flush;
     return static_cast<bool>(file);
   }
-  std::string name_, word_;
   int before_ = 0;
   bool raised_ = false;
 };
 
+// A cgroup of its own with a CPU quota (cgroup v2's cpu.max, else v1's cpu.cfs_quota_us), removed with the object;
+// empty where this process cannot make one (not root, no cpu controller).
 class CpuQuota {
  public:
   // quota_us -1: no quota, a group of its own only.
