@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -283,7 +284,7 @@ TEST(Snapshot, ASnapshotMissingAFieldIsCorruptAndResumeUsesThePreviousOne) {
     for (const auto& field : item.value().toGenericDict()) {
       c10::impl::GenericDict copy = dict.copy();
       c10::impl::GenericDict inner = item.value().toGenericDict().copy();
-      inner.erase(field.key());
+      ASSERT_EQ(inner.erase(field.key()), 1u);
       copy.insert_or_assign(item.key(), inner);
       const std::string path = dir + "/probe.pt";
       std::vector<char> pickle = torch::jit::pickle_save(copy);
@@ -299,7 +300,7 @@ TEST(Snapshot, ASnapshotMissingAFieldIsCorruptAndResumeUsesThePreviousOne) {
   fs::remove(dir + "/probe.pt");
   c10::impl::GenericDict broken = dict.copy();
   c10::impl::GenericDict sampler = dict.at("SAMPLER").toGenericDict().copy();
-  sampler.erase("seed");
+  ASSERT_EQ(sampler.erase("seed"), 1u);
   broken.insert_or_assign("SAMPLER", sampler);
   std::vector<char> pickle = torch::jit::pickle_save(broken);
   testing::write_bytes(newest, std::string(pickle.begin(), pickle.end()));
@@ -309,6 +310,49 @@ TEST(Snapshot, ASnapshotMissingAFieldIsCorruptAndResumeUsesThePreviousOne) {
   ASSERT_TRUE(found);
   EXPECT_EQ(found->path, previous);
   EXPECT_NE(warnings.all().find(newest + " has a missing or malformed entry"), std::string::npos) << warnings.all();
+}
+
+// The snapshot `bytes` with its optimizer's one param group changed by `edit`, written to `path` and read back.
+SnapshotContent read_with_param_group(const std::string& bytes, const std::string& path,
+                                      const std::function<void(c10::impl::GenericDict&)>& edit) {
+  const auto dict = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict().copy();
+  auto optimizer = dict.at("OPTIMIZER_STATE").toGenericDict().copy();
+  auto group = optimizer.at("param_groups").toList().get(0).toGenericDict().copy();
+  edit(group);
+  c10::impl::GenericList groups(c10::AnyType::get());
+  groups.push_back(group);
+  optimizer.insert_or_assign("param_groups", groups);
+  dict.insert_or_assign("OPTIMIZER_STATE", optimizer);
+  const std::vector<char> pickle = torch::jit::pickle_save(dict);
+  testing::write_bytes(path, std::string(pickle.begin(), pickle.end()));
+  return read_snapshot(path);
+}
+
+TEST(Snapshot, AParamGroupIsReadAsTheOptimizerWhoseOwnKeyItHoldsAndOneWithNoneIsCorruptNamingThem) {
+  SnapshotStore store(testing::make_temp_dir(), 3, "7", ignore_warnings());
+  for (const OptimizerKind kind : {OptimizerKind::Sgd, OptimizerKind::AdamW}) {
+    SCOPED_TRACE(to_string(kind));
+    SnapshotContent saved = sample_snapshot(5);
+    saved.optimizer->kind = kind;
+    saved.optimizer->per_param = {{}, {}};
+    const std::string bytes = testing::read_text(store.save(saved));
+    const std::string path = store.dir() + "/probe.pt";
+    EXPECT_EQ(read_with_param_group(bytes, path, [](auto&) {}).optimizer->kind, kind);
+    const auto without = [](const char* key) {
+      return [key](c10::impl::GenericDict& group) { EXPECT_EQ(group.erase(key), 1u) << key; };
+    };
+    try {
+      read_with_param_group(bytes, path, without(kind == OptimizerKind::Sgd ? "momentum" : "betas"));
+      ADD_FAILURE() << "a param group without its optimizer's own key was read";
+    } catch (const SnapshotCorrupt& e) {
+      EXPECT_EQ(std::string(e.what()), path + ": the optimizer's param group has none of momentum or betas");
+    }
+    if (kind == OptimizerKind::AdamW) {
+      EXPECT_THROW(read_with_param_group(bytes, path, without("eps")), SnapshotCorrupt);
+      EXPECT_THROW(read_with_param_group(bytes, path, [](auto& group) { group.insert_or_assign("betas", 0.9); }),
+                   SnapshotCorrupt);
+    }
+  }
 }
 
 TEST(Snapshot, StoreRefusesADirectoryItCannotWrite) {

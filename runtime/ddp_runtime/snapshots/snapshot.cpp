@@ -12,14 +12,15 @@
 #include <tuple>
 #include <vector>
 
-#include "core/command_line.hpp"
 #include "core/error.hpp"
 #include "core/parse.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
 #include "ddp_runtime/snapshots/pickle_reader.hpp"
+#include "ddp_runtime/snapshots/saved_value.hpp"
 #include "ddp_runtime/train_options.hpp"
 #include "ddp_runtime/training/error_message.hpp"
+#include "ddp_runtime/training/optimizer_table.hpp"
 
 namespace ddp::runtime {
 namespace {
@@ -67,92 +68,6 @@ bool changed_world(const TrainingProgress& p) {
          (p.planned_world != 0 && p.planned_world != p.world_size);
 }
 
-c10::IValue entry(const GenericDict& dict, const std::string& key, const std::string& path) {
-  const auto found = dict.find(key);
-  if (found == dict.end()) throw SnapshotCorrupt(path + " has no " + key);
-  return found->value();
-}
-
-double number(const c10::IValue& value, const std::string& what, const std::string& path) {
-  if (value.isDouble()) return value.toDouble();
-  if (value.isInt()) return static_cast<double>(value.toInt());
-  throw SnapshotCorrupt(path + ": " + what + " is not a number");
-}
-
-// --- each optimizer's param group in a snapshot: the keys torch.optim's SGD and AdamW put in one, so that Python's
-// optimizer.load_state_dict accepts the group whatever its version (1.13 ignores the keys it does not know), read
-// back, and the hyperparameters the checksum covers. One entry per optimizer, beside its entry in optimizer.cpp. ---
-struct SavedOptimizer {
-  OptimizerKind kind;
-  const char* own_key;  // a param-group key only this optimizer has: how a group read back is told apart
-  std::vector<double> (*hyperparameters)(const OptimizerState& o);  // its own, in the checksum's order
-  void (*write)(GenericDict& group, const OptimizerState& o);       // its keys between "lr" and "initial_lr"
-  void (*read)(const GenericDict& group, OptimizerState& o, const std::string& path);
-};
-
-std::vector<double> sgd_hyperparameters(const OptimizerState& o) { return {o.momentum}; }
-
-void write_sgd_group(GenericDict& group, const OptimizerState& o) {
-  group.insert("momentum", o.momentum);
-  group.insert("dampening", 0.0);
-  group.insert("weight_decay", o.weight_decay);
-  group.insert("nesterov", false);
-  group.insert("maximize", false);
-  group.insert("foreach", c10::IValue());
-  group.insert("differentiable", false);
-  group.insert("fused", c10::IValue());
-}
-
-void read_sgd_group(const GenericDict& group, OptimizerState& o, const std::string& path) {
-  o.momentum = number(entry(group, "momentum", path), "momentum", path);
-}
-
-std::vector<double> adamw_hyperparameters(const OptimizerState& o) { return {o.beta1, o.beta2, o.eps}; }
-
-void write_adamw_group(GenericDict& group, const OptimizerState& o) {
-  group.insert("betas", c10::ivalue::Tuple::create(o.beta1, o.beta2));
-  group.insert("eps", o.eps);
-  group.insert("weight_decay", o.weight_decay);
-  group.insert("amsgrad", false);
-  group.insert("maximize", false);
-  group.insert("foreach", c10::IValue());
-  group.insert("capturable", false);
-  group.insert("differentiable", false);
-  group.insert("fused", c10::IValue());
-}
-
-void read_adamw_group(const GenericDict& group, OptimizerState& o, const std::string& path) {
-  const c10::IValue betas = group.at("betas");
-  const std::vector<c10::IValue> pair = betas.isTuple() ? betas.toTupleRef().elements().vec() : betas.toList().vec();
-  if (pair.size() != 2) throw SnapshotCorrupt(path + ": betas is not a pair");
-  o.beta1 = number(pair[0], "betas", path);
-  o.beta2 = number(pair[1], "betas", path);
-  o.eps = number(entry(group, "eps", path), "eps", path);
-}
-
-const SavedOptimizer kSavedOptimizers[] = {
-    {OptimizerKind::Sgd, "momentum", sgd_hyperparameters, write_sgd_group, read_sgd_group},
-    {OptimizerKind::AdamW, "betas", adamw_hyperparameters, write_adamw_group, read_adamw_group},
-};
-
-const SavedOptimizer& saved_optimizer(OptimizerKind kind) {
-  for (const SavedOptimizer& saved : kSavedOptimizers) {
-    if (saved.kind == kind) return saved;
-  }
-  throw Error(std::string("the optimizer ") + to_string(kind) +
-              " has no entry in the table of saved optimizers (snapshot.cpp)");
-}
-
-// The optimizer whose own key the group holds.
-const SavedOptimizer& saved_optimizer_of(const GenericDict& group, const std::string& path) {
-  std::vector<std::string> keys;
-  for (const SavedOptimizer& saved : kSavedOptimizers) {
-    if (group.contains(saved.own_key)) return saved;
-    keys.emplace_back(saved.own_key);
-  }
-  throw SnapshotCorrupt(path + ": the optimizer's param group has none of " + cli::listed(keys));
-}
-
 int64_t checksum(const SnapshotContent& c) {
   Checksum sum;
   sum.add(std::string(kFormat));
@@ -160,7 +75,7 @@ int64_t checksum(const SnapshotContent& c) {
   const OptimizerState& o = *c.optimizer;
   sum.add(static_cast<int64_t>(o.kind));
   for (const double value : {o.lr, o.initial_lr, o.weight_decay}) sum.add(value);
-  for (const double value : saved_optimizer(o.kind).hyperparameters(o)) sum.add(value);
+  for (const double value : optimizer_entry(o.kind).hyperparameters(o)) sum.add(value);
   sum.add(static_cast<int64_t>(o.per_param.size()));
   for (const NamedTensors& state : o.per_param) sum.add(state);
   sum.add(c.rng_state);
@@ -182,7 +97,7 @@ int64_t checksum(const SnapshotContent& c) {
 GenericDict param_group(const OptimizerState& o) {
   GenericDict group = string_dict();
   group.insert("lr", o.lr);
-  saved_optimizer(o.kind).write(group, o);
+  optimizer_entry(o.kind).write_group(group, o);
   group.insert("initial_lr", o.initial_lr);
   GenericList params(c10::AnyType::get());
   for (std::size_t i = 0; i < o.per_param.size(); ++i) params.push_back(static_cast<int64_t>(i));
@@ -244,22 +159,22 @@ GenericDict to_dict(const SnapshotContent& c) {
 
 // Ours, or one Python's optimizer.state_dict() wrote: the state of parameter params[p] is under key params[p].
 OptimizerState optimizer_from(const GenericDict& optimizer, const std::string& path) {
-  const auto groups = entry(optimizer, "param_groups", path).toList();
+  const auto groups = saved_entry(optimizer, "param_groups", path).toList();
   if (groups.size() != 1) {
     throw SnapshotCorrupt(path + ": the optimizer has " + std::to_string(groups.size()) +
                           " param groups; ddp-train uses one");
   }
   const GenericDict group = groups.get(0).toGenericDict();
   OptimizerState o;
-  const SavedOptimizer& saved = saved_optimizer_of(group, path);
+  const OptimizerEntry& saved = optimizer_entry_of_group(group, path);
   o.kind = saved.kind;
-  o.lr = number(entry(group, "lr", path), "lr", path);
-  o.initial_lr = group.contains("initial_lr") ? number(group.at("initial_lr"), "initial_lr", path) : o.lr;
-  o.weight_decay = number(entry(group, "weight_decay", path), "weight_decay", path);
-  saved.read(group, o, path);
-  const auto params = entry(group, "params", path).toList();
+  o.lr = saved_number(saved_entry(group, "lr", path), "lr", path);
+  o.initial_lr = group.contains("initial_lr") ? saved_number(group.at("initial_lr"), "initial_lr", path) : o.lr;
+  o.weight_decay = saved_number(saved_entry(group, "weight_decay", path), "weight_decay", path);
+  saved.read_group(group, o, path);
+  const auto params = saved_entry(group, "params", path).toList();
   o.per_param.resize(params.size());
-  for (const auto& item : entry(optimizer, "state", path).toGenericDict()) {
+  for (const auto& item : saved_entry(optimizer, "state", path).toGenericDict()) {
     std::size_t p = 0;
     while (p < params.size() &&
            !(params.get(p).isInt() && item.key().isInt() && params.get(p).toInt() == item.key().toInt())) {
@@ -272,7 +187,7 @@ OptimizerState optimizer_from(const GenericDict& optimizer, const std::string& p
       if (value.isTensor()) {
         o.per_param[p].emplace_back(name, value.toTensor());
       } else if (!value.isNone()) {  // PyTorch before 1.12 kept AdamW's step as a number
-        o.per_param[p].emplace_back(name, at::scalar_tensor(number(value, name, path), at::kFloat));
+        o.per_param[p].emplace_back(name, at::scalar_tensor(saved_number(value, name, path), at::kFloat));
       }
     }
   }
@@ -280,15 +195,15 @@ OptimizerState optimizer_from(const GenericDict& optimizer, const std::string& p
 }
 
 void read_progress(const GenericDict& dict, const std::string& path, SnapshotContent& c) {
-  c.progress.global_step = entry(dict, "GLOBAL_STEP", path).toInt();
-  const GenericDict sampler = entry(dict, "SAMPLER", path).toGenericDict();
+  c.progress.global_step = saved_entry(dict, "GLOBAL_STEP", path).toInt();
+  const GenericDict sampler = saved_entry(dict, "SAMPLER", path).toGenericDict();
   c.progress.seed = static_cast<uint64_t>(sampler.at("seed").toInt());
   c.progress.batches_done = sampler.at("batches_done").toInt();
   c.progress.world_size = sampler.at("world_size").toInt();
   c.progress.batch_size = sampler.at("batch_size").toInt();
   c.progress.layout_start = sampler.contains("layout_start") ? sampler.at("layout_start").toInt() : 0;
   c.progress.schedule_step = sampler.contains("schedule_step")
-                                 ? number(sampler.at("schedule_step"), "schedule_step", path)
+                                 ? saved_number(sampler.at("schedule_step"), "schedule_step", path)
                                  : static_cast<double>(c.progress.global_step);
   // Written only when it differs from the layout's world (a world that changed in place).
   c.progress.planned_world =
@@ -297,10 +212,10 @@ void read_progress(const GenericDict& dict, const std::string& path, SnapshotCon
 
 SnapshotContent from_dict(const GenericDict& dict, const std::string& path) {
   SnapshotContent c;
-  for (const auto& item : entry(dict, "MODEL_STATE", path).toGenericDict()) {
+  for (const auto& item : saved_entry(dict, "MODEL_STATE", path).toGenericDict()) {
     c.model_state.emplace_back(item.key().toStringRef(), item.value().toTensor());
   }
-  c.progress.epochs_run = entry(dict, "EPOCHS_RUN", path).toInt();
+  c.progress.epochs_run = saved_entry(dict, "EPOCHS_RUN", path).toInt();
   c.from_python = !dict.contains("FORMAT");
   if (c.from_python) {
     // A run that Python continued: what it saved of ours is used, the rest starts afresh.
@@ -310,16 +225,16 @@ SnapshotContent from_dict(const GenericDict& dict, const std::string& path) {
     if (dict.contains("GLOBAL_STEP") && dict.contains("SAMPLER")) read_progress(dict, path, c);
     return c;
   }
-  const std::string format = entry(dict, "FORMAT", path).toStringRef();
+  const std::string format = saved_entry(dict, "FORMAT", path).toStringRef();
   if (format != kFormat) {
     throw SnapshotCorrupt(path + " is in the format '" + format + "' of another ddp-train version; this one reads '" +
                           kFormat + "'");
   }
-  c.optimizer = optimizer_from(entry(dict, "OPTIMIZER_STATE", path).toGenericDict(), path);
-  c.rng_state = entry(dict, "RNG_STATE", path).toTensor();
+  c.optimizer = optimizer_from(saved_entry(dict, "OPTIMIZER_STATE", path).toGenericDict(), path);
+  c.rng_state = saved_entry(dict, "RNG_STATE", path).toTensor();
   read_progress(dict, path, c);
-  c.run_id = entry(dict, "RUN_ID", path).toStringRef();
-  if (entry(dict, "CHECKSUM", path).toInt() != checksum(c)) throw SnapshotCorrupt(path + " fails its checksum");
+  c.run_id = saved_entry(dict, "RUN_ID", path).toStringRef();
+  if (saved_entry(dict, "CHECKSUM", path).toInt() != checksum(c)) throw SnapshotCorrupt(path + " fails its checksum");
   return c;
 }
 

@@ -10,8 +10,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/command_line.hpp"
 #include "core/error.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/snapshots/saved_value.hpp"
+#include "ddp_runtime/training/kind_table.hpp"
+#include "ddp_runtime/training/optimizer_table.hpp"
 
 namespace ddp::runtime {
 namespace {
@@ -35,18 +39,7 @@ at::Tensor restored(const NamedTensors& saved, const std::string& name, const at
   return tensor->to(param.device(), param.scalar_type()).clone();
 }
 
-// --- the optimizers: one table entry each, with how LibTorch makes it and how its state per parameter is kept in
-// torch.optim's state_dict layout. A new optimizer is an OptimizerKind, its name in cli.cpp's table of names, an
-// entry here, and its param group's keys in snapshot.cpp's table. ---
-struct OptimizerEntry {
-  OptimizerKind kind;
-  std::unique_ptr<torch::optim::Optimizer> (*make)(const std::vector<at::Tensor>& params, const OptimizerOptions& o);
-  // A parameter's state as torch.optim names it ("momentum_buffer"; "step", "exp_avg", "exp_avg_sq").
-  NamedTensors (*saved)(const torch::optim::OptimizerParamState& state);
-  // That state back, for `param`; throws ddp::Error naming `source` when a tensor is missing or of another shape.
-  std::unique_ptr<torch::optim::OptimizerParamState> (*restore)(const NamedTensors& saved, const at::Tensor& param,
-                                                                const std::string& source);
-};
+// --- the optimizers: optimizer_table.hpp says what an entry holds. ---
 
 std::unique_ptr<torch::optim::Optimizer> make_sgd(const std::vector<at::Tensor>& params, const OptimizerOptions& o) {
   return std::make_unique<torch::optim::SGD>(
@@ -65,6 +58,23 @@ std::unique_ptr<torch::optim::OptimizerParamState> restore_sgd(const NamedTensor
   auto state = std::make_unique<torch::optim::SGDParamState>();
   state->momentum_buffer(restored(saved, "momentum_buffer", param, source));
   return state;
+}
+
+std::vector<double> sgd_hyperparameters(const OptimizerState& o) { return {o.momentum}; }
+
+void write_sgd_group(c10::impl::GenericDict& group, const OptimizerState& o) {
+  group.insert("momentum", o.momentum);
+  group.insert("dampening", 0.0);
+  group.insert("weight_decay", o.weight_decay);
+  group.insert("nesterov", false);
+  group.insert("maximize", false);
+  group.insert("foreach", c10::IValue());
+  group.insert("differentiable", false);
+  group.insert("fused", c10::IValue());
+}
+
+void read_sgd_group(const c10::impl::GenericDict& group, OptimizerState& o, const std::string& path) {
+  o.momentum = saved_number(saved_entry(group, "momentum", path), "momentum", path);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adamw(const std::vector<at::Tensor>& params, const OptimizerOptions& o) {
@@ -92,18 +102,35 @@ std::unique_ptr<torch::optim::OptimizerParamState> restore_adamw(const NamedTens
   return state;
 }
 
-const OptimizerEntry kOptimizerEntries[] = {
-    {OptimizerKind::Sgd, make_sgd, saved_sgd, restore_sgd},
-    {OptimizerKind::AdamW, make_adamw, saved_adamw, restore_adamw},
-};
+std::vector<double> adamw_hyperparameters(const OptimizerState& o) { return {o.beta1, o.beta2, o.eps}; }
 
-const OptimizerEntry& optimizer_entry(OptimizerKind kind) {
-  for (const OptimizerEntry& entry : kOptimizerEntries) {
-    if (entry.kind == kind) return entry;
-  }
-  throw Error(std::string("the optimizer ") + to_string(kind) +
-              " has no entry in the table of optimizers (optimizer.cpp)");
+void write_adamw_group(c10::impl::GenericDict& group, const OptimizerState& o) {
+  group.insert("betas", c10::ivalue::Tuple::create(o.beta1, o.beta2));
+  group.insert("eps", o.eps);
+  group.insert("weight_decay", o.weight_decay);
+  group.insert("amsgrad", false);
+  group.insert("maximize", false);
+  group.insert("foreach", c10::IValue());
+  group.insert("capturable", false);
+  group.insert("differentiable", false);
+  group.insert("fused", c10::IValue());
 }
+
+void read_adamw_group(const c10::impl::GenericDict& group, OptimizerState& o, const std::string& path) {
+  const c10::IValue betas = saved_entry(group, "betas", path);
+  const std::vector<c10::IValue> pair = betas.isTuple() ? betas.toTupleRef().elements().vec() : betas.toList().vec();
+  if (pair.size() != 2) throw SnapshotCorrupt(path + ": betas is not a pair");
+  o.beta1 = saved_number(pair[0], "betas", path);
+  o.beta2 = saved_number(pair[1], "betas", path);
+  o.eps = saved_number(saved_entry(group, "eps", path), "eps", path);
+}
+
+const OptimizerEntry kOptimizerEntries[] = {
+    {OptimizerKind::Sgd, "momentum", make_sgd, saved_sgd, restore_sgd, sgd_hyperparameters, write_sgd_group,
+     read_sgd_group},
+    {OptimizerKind::AdamW, "betas", make_adamw, saved_adamw, restore_adamw, adamw_hyperparameters, write_adamw_group,
+     read_adamw_group},
+};
 
 // --- the learning-rate schedules: one table entry each (scheduled_lr's contract in optimizer.hpp). A new schedule is
 // an LrSchedule, its name in cli.cpp's table of names, and an entry here. ---
@@ -134,11 +161,21 @@ const Schedule kScheduleEntries[] = {
 }  // namespace
 
 double scheduled_lr(const OptimizerOptions& o, double step, int64_t epoch, int64_t total_steps) {
-  for (const Schedule& schedule : kScheduleEntries) {
-    if (schedule.kind == o.schedule) return schedule.lr(o, step, epoch, total_steps);
+  return entry_of(kScheduleEntries, o.schedule, "schedule", "the table of schedules (optimizer.cpp)")
+      .lr(o, step, epoch, total_steps);
+}
+
+const OptimizerEntry& optimizer_entry(OptimizerKind kind) {
+  return entry_of(kOptimizerEntries, kind, "optimizer", "the table of optimizers (optimizer.cpp)");
+}
+
+const OptimizerEntry& optimizer_entry_of_group(const c10::impl::GenericDict& group, const std::string& path) {
+  std::vector<std::string> keys;
+  for (const OptimizerEntry& entry : kOptimizerEntries) {
+    if (group.contains(entry.own_key)) return entry;
+    keys.emplace_back(entry.own_key);
   }
-  throw Error(std::string("the schedule ") + to_string(o.schedule) +
-              " has no entry in the table of schedules (optimizer.cpp)");
+  throw SnapshotCorrupt(path + ": the optimizer's param group has none of " + cli::listed(keys));
 }
 
 Optimizer::Optimizer(std::vector<at::Tensor> params, const OptimizerOptions& options)

@@ -16,6 +16,7 @@
 #include "core/error.hpp"
 #include "ddp_runtime/data/data_files.hpp"
 #include "ddp_runtime/data/idx.hpp"
+#include "ddp_runtime/training/kind_table.hpp"
 #include "ddp_runtime/training/script_model.hpp"
 #include "ddp_runtime/training/tensor_text.hpp"
 
@@ -198,10 +199,7 @@ const Loss kLosses[] = {
 };
 
 const Loss& loss_of(LossKind kind) {
-  for (const Loss& loss : kLosses) {
-    if (loss.kind == kind) return loss;
-  }
-  throw Error(std::string("the loss ") + to_string(kind) + " has no entry in the table of losses (workloads.cpp)");
+  return entry_of(kLosses, kind, "loss", "the table of losses (workloads.cpp)");
 }
 
 // "--loss cross-entropy or nll": the losses that take class indices.
