@@ -1,9 +1,11 @@
 #pragma once
 // The real-server hwloc exports in data/ (see data/README.md for what each holds), loaded once per test binary.
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "topology/binding.hpp"
 #include "topology/id_list.hpp"
 #include "topology/topology.hpp"
 
@@ -30,5 +32,27 @@ inline const NodeHardware& spr_snc4() { return fixture("synthetic-spr-snc4-8xH10
 
 // Expected CPU sets are written the way lstopo and taskset print them.
 inline std::vector<unsigned> ids(const std::string& list) { return parse_id_list(list, "test list"); }
+
+// A plan request for `count` tasks, on the CPUs of the list `allowed_cpus` ("0-23,48-71") when given.
+inline PlanRequest tasks(unsigned count, const std::optional<std::string>& allowed_cpus = std::nullopt) {
+  PlanRequest request;
+  request.tasks = count;
+  if (allowed_cpus) request.allowed_cpus = ids(*allowed_cpus);
+  return request;
+}
+
+// Each task's GPU as its PCI bus id, "-" for none.
+inline std::vector<std::string> gpu_bus_ids(const NodeHardware& hw, const NodePlan& plan) {
+  std::vector<std::string> out;
+  for (const TaskPlacement& task : plan.tasks) out.push_back(task.gpu ? hw.gpus[*task.gpu].pci_bus_id : "-");
+  return out;
+}
+
+// Each task's CPUs.
+inline std::vector<std::vector<unsigned>> task_cpus(const NodePlan& plan) {
+  std::vector<std::vector<unsigned>> out;
+  for (const TaskPlacement& task : plan.tasks) out.push_back(task.cpus);
+  return out;
+}
 
 }  // namespace ddp::test

@@ -10,34 +10,18 @@
 namespace ddp {
 namespace {
 
+using test::gpu_bus_ids;
 using test::ids;
+using test::task_cpus;
+using test::tasks;
 using Cpus = std::vector<std::vector<unsigned>>;
 using Names = std::vector<std::string>;
-
-PlanRequest tasks(unsigned count, const std::optional<std::string>& allowed_cpus = std::nullopt) {
-  PlanRequest request;
-  request.tasks = count;
-  if (allowed_cpus) request.allowed_cpus = ids(*allowed_cpus);
-  return request;
-}
 
 // A step that got no GPU on a GPU node (gres asked for none).
 PlanRequest cpu_only(unsigned count) {
   PlanRequest request = tasks(count);
   request.gpus.whole_node = false;
   return request;
-}
-
-Names gpu_bus_ids(const NodeHardware& hw, const NodePlan& plan) {
-  Names out;
-  for (const TaskPlacement& task : plan.tasks) out.push_back(task.gpu ? hw.gpus[*task.gpu].pci_bus_id : "-");
-  return out;
-}
-
-Cpus task_cpus(const NodePlan& plan) {
-  Cpus out;
-  for (const TaskPlacement& task : plan.tasks) out.push_back(task.cpus);
-  return out;
 }
 
 Names gpu_rules(const NodePlan& plan) {

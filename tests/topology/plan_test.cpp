@@ -12,29 +12,14 @@ namespace {
 
 using ddp::testing::error_of;
 
+using test::gpu_bus_ids;
 using test::ids;
-
-PlanRequest tasks(unsigned count) {
-  PlanRequest request;
-  request.tasks = count;
-  return request;
-}
+using test::task_cpus;
+using test::tasks;
 
 std::vector<std::string> nic_names(const NodeHardware& hw, const NodePlan& plan) {
   std::vector<std::string> out;
   for (const TaskPlacement& task : plan.tasks) out.push_back(task.nic ? hw.nets[*task.nic].name : "-");
-  return out;
-}
-
-std::vector<std::string> gpu_bus_ids(const NodeHardware& hw, const NodePlan& plan) {
-  std::vector<std::string> out;
-  for (const TaskPlacement& task : plan.tasks) out.push_back(task.gpu ? hw.gpus[*task.gpu].pci_bus_id : "-");
-  return out;
-}
-
-std::vector<std::vector<unsigned>> task_cpus(const NodePlan& plan) {
-  std::vector<std::vector<unsigned>> out;
-  for (const TaskPlacement& task : plan.tasks) out.push_back(task.cpus);
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "fixtures.hpp"
+#include "test_common.hpp"
 
 namespace ddp {
 namespace {
@@ -192,7 +193,8 @@ TEST(Topology, MissingOrBrokenFilesFailWithTheirName) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("'/nonexistent/node.xml'"), std::string::npos) << error.what();
   }
-  const std::string broken = testing::TempDir() + "broken-topology.xml";
+  const testing::TempDir temp;
+  const std::string broken = temp / "broken-topology.xml";
   std::ofstream(broken) << "<topology><object type=\"Machine\"";
   try {
     load_node_hardware(broken);
@@ -203,7 +205,8 @@ TEST(Topology, MissingOrBrokenFilesFailWithTheirName) {
 }
 
 TEST(Topology, ReadsDeviceNumbersFromTheNvidiaDriver) {
-  const std::string dir = testing::TempDir() + "nvidia-gpus";
+  const testing::TempDir temp;
+  const std::string dir = temp / "nvidia-gpus";
   mkdir(dir.c_str(), 0700);
   // The driver names directories in upper case and numbers minors by probe order, not always bus order.
   for (const auto& [bus, minor] :

@@ -30,7 +30,7 @@ struct OptimizerEntry {
   // That state back, for `param`; throws ddp::Error naming `source` when a tensor is missing or of another shape.
   std::unique_ptr<torch::optim::OptimizerParamState> (*restore)(const NamedTensors& saved, const at::Tensor& param,
                                                                 const std::string& source);
-  std::vector<double> (*hyperparameters)(const OptimizerState& o);          // its own, in the checksum's order
+  std::vector<double> (*hyperparameters)(const OptimizerState& o);              // its own, in the checksum's order
   void (*write_group)(c10::impl::GenericDict& group, const OptimizerState& o);  // its keys between lr and initial_lr
   // Its own hyperparameters from a group read from `path`; throws SnapshotCorrupt.
   void (*read_group)(const c10::impl::GenericDict& group, OptimizerState& o, const std::string& path);

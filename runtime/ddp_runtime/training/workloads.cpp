@@ -198,9 +198,7 @@ const Loss kLosses[] = {
      true, false},
 };
 
-const Loss& loss_of(LossKind kind) {
-  return entry_of(kLosses, kind, "loss", "the table of losses (workloads.cpp)");
-}
+const Loss& loss_of(LossKind kind) { return entry_of(kLosses, kind, "loss", "the table of losses (workloads.cpp)"); }
 
 // "--loss cross-entropy or nll": the losses that take class indices.
 std::string losses_for_class_indices() {

@@ -2,12 +2,10 @@
 
 #include <algorithm>
 
+#include "core/child_process.hpp"
+
 namespace ddp::doctor {
 namespace {
-
-std::string seconds_text(std::chrono::milliseconds duration) {
-  return format_seconds(static_cast<double>(duration.count()) / 1000);
-}
 
 std::string waiting_for(int rank, const std::string& step) {
   return "waiting for rank " + std::to_string(rank) + " at step '" + step + "'";

@@ -18,7 +18,7 @@
 namespace ddp::doctor {
 namespace {
 
-constexpr auto kRetryPause = std::chrono::milliseconds(100);
+constexpr auto kTokenRetryPause = std::chrono::milliseconds(100);
 
 bool token_readable(const std::string& dir, const std::string& nonce, int rank) {
   std::ifstream file(token_path(dir, nonce, rank));
@@ -79,7 +79,7 @@ std::vector<int> missing_tokens(const std::string& dir, const std::string& nonce
     }
     missing = std::move(still);
     if (missing.empty() || std::chrono::steady_clock::now() >= give_up) return missing;
-    std::this_thread::sleep_for(kRetryPause);
+    std::this_thread::sleep_for(kTokenRetryPause);
   }
 }
 

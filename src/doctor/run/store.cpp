@@ -16,7 +16,7 @@ namespace {
 constexpr const char* kHello = "ddp-doctor/3";
 constexpr size_t kMaxGreeting = 4096;
 constexpr auto kIdle = std::chrono::hours(24);  // between a rank's requests: until it or the server ends
-constexpr auto kRetryPause = std::chrono::milliseconds(100);
+constexpr auto kConnectRetryPause = std::chrono::milliseconds(100);
 constexpr auto kLateReply = std::chrono::seconds(1);  // a get's "timeout" may come this much after its deadline
 
 // Proofs are compared in time that does not depend on where they differ.
@@ -28,7 +28,7 @@ bool same_proof(const std::string& a, const std::string& b) {
 }
 
 // 128 random bits, as a job's key is made.
-std::string new_nonce() { return new_job_key(); }
+std::string greeting_nonce() { return new_job_key(); }
 
 }  // namespace
 
@@ -150,7 +150,7 @@ int StoreServer::admit(const Socket& socket) {
                   ", rank 0 has WORLD_SIZE=" + std::to_string(world_size_));
   }
   if (rank < 0 || rank >= world_size_) return refuse("RANK=" + std::to_string(rank) + " is out of range");
-  const std::string server_nonce = new_nonce();
+  const std::string server_nonce = greeting_nonce();
   const std::string rank_text = std::to_string(rank);
   socket.send_frame(WireWriter()
                         .put("challenge")
@@ -215,7 +215,7 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, const Greeting&
     } catch (const NetError& e) {
       reason = e.what();
       // Rank 0 may simply not be listening yet: a launcher starts the ranks at about the same time.
-      std::this_thread::sleep_for(std::min(kRetryPause, std::chrono::milliseconds(deadline.poll_ms())));
+      std::this_thread::sleep_for(std::min(kConnectRetryPause, std::chrono::milliseconds(deadline.poll_ms())));
     }
   }
   if (!socket_.valid()) {
@@ -226,7 +226,7 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, const Greeting&
                         "or security groups allow TCP port " + std::to_string(port) + " between the nodes?)");
   }
   socket_.set_no_delay();
-  const std::string client_nonce = new_nonce();
+  const std::string client_nonce = greeting_nonce();
   const std::string rank_text = std::to_string(greeting.rank);
   const std::string hello = WireWriter()
                                 .put(kHello)
