@@ -3,7 +3,11 @@
 # ddp-train. The same TorchScript MLP with AdamW on the same .npy data for all, made once by this machine's PyTorch
 # (Debian 12's, the oldest: a TorchScript file loads in a later LibTorch, not in an earlier one). An MLP: LibTorch
 # 1.13, 2.6 and 2.14 compute its steps alike to the bit, while dropout draws its masks differently from the same
-# generator state, which would hide what the snapshot carried behind what the versions compute.
+# generator state, which would hide what the snapshot carried behind what the versions compute. Each stack's
+# OpenBLAS does the MLP's matrix products, and its versions pick different kernels for one CPU (on a Sapphire Rapids
+# CPU, Debian 12's 0.3.21 does not know the model and takes its Prescott kernels, trixie's 0.3.29 Cooperlake's, and two
+# epochs end 4.5e-08 apart): every stack runs Haswell's, where the CPU has AVX2, so that what differs is only what the
+# snapshot carried.
 # Each stack A, on 2 ranks, trains 5 epochs with a snapshot every epoch: its final model F_A and its snapshot after
 # epoch 3, S_A. Then for each other stack B:
 #   1. B resumes S_A with 3 epochs to run: nothing is left to train, so B's final model is what B restored, and
@@ -24,11 +28,12 @@ if [ "${1:-}" = __ranks ]; then
   shift
   train=$1 port=$2 log=$3
   shift 3
-  pids=()
+  pids=() blas=()
+  ! grep -qw avx2 /proc/cpuinfo || blas=(OPENBLAS_CORETYPE=Haswell)
   trap 'kill "${pids[@]}" 2>/dev/null || true; wait' EXIT
   for rank in 0 1; do
     env RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
-      OMP_NUM_THREADS=1 USE_LIBUV=0 "$train" "$@" >"$log.rank$rank" 2>&1 &
+      OMP_NUM_THREADS=1 USE_LIBUV=0 "${blas[@]}" "$train" "$@" >"$log.rank$rank" 2>&1 &
     pids+=($!)
   done
   status=0
