@@ -2,6 +2,9 @@
 // PyTorch's DistributedDataParallel for a C++ module: parameters and buffers broadcast from rank 0 and their
 // shapes verified on every rank at construction; gradients averaged by c10d::Reducer in buckets whose
 // all-reduce starts during backward, as soon as a bucket's gradients are ready; no_sync for accumulation.
+// Unlike PyTorch's, the buckets are laid out once, at construction, in reverse order of definition, and every step
+// divides the gradients alike: a new process's first step (a resumed run's) averages them bit for bit as the same
+// step of an uninterrupted run, with any number of ranks.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
