@@ -22,7 +22,7 @@ grep -qE 'slurmctld \(pid [0-9]+\) exited with status [1-9]' <<<"$out" || fail "
 grep -q 'NoSuchSlurmKey' <<<"$out" || fail "the cause (the bad key) is not in: $out"
 left=$(ip netns list | grep -c '^ddp-node' || true)
 [ "$left" = 0 ] || fail "$left node namespaces left after a failed bring-up"
-pgrep -f "slurmctld -D -f /tmp/ddp-cluster" >/dev/null && fail "slurmctld left running"
+"$CLUSTER" pgrep -x slurmctld >/dev/null && fail "slurmctld left running"
 
 # 2. The state directory another user made first (/tmp is everyone's), or a link: refused before anything is done
 # there, so that nobody but root can change what the root-run test Slurm reads (its plugstack.conf, the plugin).

@@ -16,6 +16,10 @@
 #   cluster.sh plugstack [LINE...]       rewrite the plugstack file (no LINE: empty); read again at every step
 #   cluster.sh logs [LINES]              tail of every daemon log
 #   cluster.sh status                    sinfo of the cluster
+#   cluster.sh pgrep PGREP_ARGS...       pgrep over the processes of this machine's own pid namespace: a stack's
+#                                        suite in a root (tests/stacks/root.sh, a pid namespace of its own) runs
+#                                        a cluster of the same names, user and paths at the same time, and the
+#                                        host sees its processes too
 #
 # Layout (state directory $DDP_CLUSTER_DIR, default /tmp/ddp-cluster, one cluster per machine):
 #   node1..nodeN   hostnames (UTS namespaces); /etc/hosts lines tagged "# ddp-test-cluster" make them
@@ -216,10 +220,12 @@ record_owner() {
 
 ns_names() { ip netns list 2>/dev/null | awk -v p="^${NETNS_PREFIX}[0-9]+\$" '$1 ~ p {print $1}'; }
 
+own_pgrep() { pgrep --ns $$ --nslist pid "$@"; }
+
 # pgrep warns about, though it matches, an alternation longer than 15 characters: one name at a time.
 pids_named() {
   local n
-  for n in "$@"; do pgrep -x "$n" || true; done
+  for n in "$@"; do own_pgrep -x "$n" || true; done
 }
 
 # Host-side clients (srun waiting for a dead step, sbatch --wait) of this cluster, found by their SLURM_CONF.
@@ -807,7 +813,8 @@ main() {
     plugstack) need_root; cmd_plugstack "$@" ;;
     logs) need_up; print_logs "${1:-40}" ;;
     status) need_up; slurm_env sinfo -N -l ;;
-    *) die "usage: cluster.sh up|down|env|exec|node|plugstack|logs|status (see the header of $0)" ;;
+    pgrep) own_pgrep "$@" || exit $? ;;  # 1: none matched, not an error
+    *) die "usage: cluster.sh up|down|env|exec|node|plugstack|logs|status|pgrep (see the header of $0)" ;;
   esac
 }
 

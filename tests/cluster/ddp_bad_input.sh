@@ -63,8 +63,8 @@ check_snapshot_dir() {
 check_daemons_survive() {
   run_on_cluster srun -N2 -n2 true || fail "steps no longer run after the failures"
   assert_eq "" "$(run_on_cluster sinfo -h -t drain,drained,down -o %N)" "no node drained or down"
-  pgrep -x slurmctld >/dev/null || fail "slurmctld died"
-  assert_eq 2 "$(pgrep -x slurmd | wc -l)" "both slurmd alive"
+  "$CLUSTER_SH" pgrep -x slurmctld >/dev/null || fail "slurmctld died"
+  assert_eq 2 "$("$CLUSTER_SH" pgrep -x slurmd | wc -l)" "both slurmd alive"
 }
 
 check_bad_options

@@ -49,7 +49,9 @@ until grep -q '^Epoch 1 | Loss' "$log"; do
   sleep 0.2
 done
 killed_at=$SECONDS
-pkill -KILL -n -u "$DDP_CLUSTER_USER" -x ddp-train || fail "no ddp-train process to kill"
+# The newest ddp-train of this machine's own pid namespace: not one of a cluster another suite runs in a root.
+rank=$("$CLUSTER_SH" pgrep -n -u "$DDP_CLUSTER_USER" -x ddp-train) || fail "no ddp-train process to kill"
+kill -KILL "$rank"
 if wait "$step"; then fail "the step succeeded although a rank was killed: $(cat "$log")"; fi
 [ $((SECONDS - killed_at)) -lt 30 ] || fail "the step took $((SECONDS - killed_at)) s to end after a rank was killed"
 grep -E '^(srun|slurmstepd)' "$log" || true

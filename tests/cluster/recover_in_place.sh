@@ -37,7 +37,7 @@ SPARE=(--nodes=4 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0)
 # pid_of JOB STEP RANK: that task's ddp-train (every node's processes are this machine's).
 pid_of() {
   local pid environ
-  for pid in $(pgrep -u "$DDP_CLUSTER_USER" -x ddp-train); do
+  for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train); do
     environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
     if grep -qx "SLURM_JOB_ID=$1" <<<"$environ" && grep -qx "SLURM_STEP_ID=$2" <<<"$environ" &&
       grep -qx "RANK=$3" <<<"$environ"; then
@@ -51,7 +51,7 @@ pid_of() {
 # Every ddp-train of JOB, of every step.
 job_pids() {
   local pid
-  for pid in $(pgrep -u "$DDP_CLUSTER_USER" -x ddp-train); do
+  for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train); do
     tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" && echo "$pid"
   done
   return 0
@@ -60,7 +60,7 @@ job_pids() {
 # The replacements of JOB (steps after the first) that are running, newest last.
 replacement_pids() {
   local pid
-  for pid in $(pgrep -u "$DDP_CLUSTER_USER" -x ddp-train | sort -n); do
+  for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train | sort -n); do
     tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" || continue
     tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_STEP_ID=0" || echo "$pid"
   done
