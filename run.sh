@@ -370,9 +370,30 @@ reap_suite() {  # STATE
     else
       echo "run.sh: suite $name FAILED with status $rc (ended at $((SECONDS - PIPELINE_T0)) s)"
       SUITES_FAILED+=("$name")
+      failed_tests_of "$name" <"$state/suite-$name.log" >>"$state/failures.txt"
     fi
   done
   running=("${still[@]}")
+}
+
+# What a failed suite's log says of its failed tests: each one's result line and the last lines it printed, then
+# ctest's list. run_pipeline prints these again last, since a suite's whole log may end long before the run does
+# and only the run's end is sure to be read.
+failed_tests_of() {  # NAME < LOG
+  echo "run.sh: ===== suite $1: what failed ====="
+  awk -v keep=40 '
+    function flush(  i, from) {
+      from = n > keep ? n - keep + 1 : 1
+      for (i = from; i <= n; i++) print buf[i]
+      n = 0; on = 0
+    }
+    /^ *Start +[0-9]+: / || /^[0-9]+% tests passed/ { if (on) flush() }
+    /Test +#[0-9]+: .*(\*\*\*|Exception|Not Run)/ { if (on) flush(); print; on = 1; next }
+    on { buf[++n] = $0 }
+    /^The following tests FAILED:/ { list = 1 }
+    list { print }
+    END { if (on) flush() }
+  '
 }
 
 run_pipeline() {  # CTEST ARGS...
@@ -395,6 +416,7 @@ run_pipeline() {  # CTEST ARGS...
     if [ -e "$log" ]; then tail -n 1 "$log"; fi
   done
   rmdir "$LOW_CPU_CGROUP" 2>/dev/null || true
+  if [ -s "$state/failures.txt" ]; then cat "$state/failures.txt"; fi
   [ ${#SUITES_FAILED[@]} -eq 0 ] || status=1
   return "$status"
 }
