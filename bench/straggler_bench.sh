@@ -6,7 +6,8 @@
 # STOP_MS of every STOP_MS + RUN_MS milliseconds of wall-clock time (SIGSTOP and SIGCONT, as
 # tests/runtime/resilience_test.cpp's tests do), and without any slowdown. Counts, per epoch, whether the slowed
 # rank was named and whether any other rank was, by each measure; prints the highest score of a rank that kept pace,
-# the margin that decides how low the threshold can go here.
+# the margin that decides how low the threshold can go here. The arrival is also scored by the epoch's mean wait
+# ("mean-arrival"), from the same epochs' wait_ms, beside ddp-train's groups of steps.
 # As srun --ddp binds each task to cores of its own, each rank is bound to one core (taskset), one rank per core by
 # default: with more ranks than cores (RANKS=4 on 2 cores), a rank that shares its core with a busier one is slower
 # by the host's clock, a real straggler of that machine, named as such. The quota needs root and a cgroup file
@@ -102,22 +103,28 @@ run_ranks() {
 }
 
 # tally LOG: one line per epoch from rank 0's JSON lines: "SLOW_NAMED OTHERS_NAMED HIGHEST_OTHER_SCORE SLOW_SCORE",
-# then the same four for the arrival at the all-reduce.
+# then the same four for the arrival at the all-reduce, then for the arrival by the epoch's mean wait (the median of
+# the others' wait_ms less a rank's own, as a share of the median step: what ddp-train compared before it compared
+# groups of steps), side by side from the same epochs.
 tally() {
-  python3 - "$1" "$SLOW" <<'PY'
-import json, sys
-slow = int(sys.argv[2])
+  python3 - "$1" "$SLOW" "$THRESHOLD" <<'PY'
+import json, statistics, sys
+slow, threshold = int(sys.argv[2]), float(sys.argv[3])
 for line in open(sys.argv[1]):
     start = line.find('{"event": "stragglers"')
     if start < 0:
         continue
     epoch = json.loads(line[start:])
+    wait = {r["rank"]: r["wait_ms"] for r in epoch["ranks"]}
+    by_mean = {rank: (statistics.median(w for other, w in wait.items() if other != rank) - own)
+               / epoch["median_step_ms"] for rank, own in wait.items()}
+    measures = [(set(epoch["stragglers"]), {r["rank"]: r["score"] for r in epoch["ranks"]}),
+                (set(epoch["late"]), {r["rank"]: r["arrival_score"] for r in epoch["ranks"]}),
+                ({rank for rank, s in by_mean.items() if s > threshold / 100}, by_mean)]
     fields = []
-    for names, score in (("stragglers", "score"), ("late", "arrival_score")):
-        named = set(epoch[names])
-        scores = {r["rank"]: r[score] for r in epoch["ranks"]}
+    for named, scores in measures:
         others = max(s for rank, s in scores.items() if rank != slow)
-        fields += [int(slow in named), len(named - {slow}), others, scores[slow]]
+        fields += [int(slow in named), len(named - {slow}), round(others, 3), round(scores[slow], 3)]
     print(*fields)
 PY
 }
@@ -137,26 +144,32 @@ count() {
   falsely[$k]=$((${falsely[$k]:-0} + ($4 > 0)))
   highest[$2]=$(higher "${highest[$2]:-}" "$5") lowest[$k]=$(lower "${lowest[$k]:-}" "$6")
 }
+# clean MEASURE SLOW_NAMED OTHERS SCORE SLOW_SCORE: one epoch without a slowdown, by one measure.
+clean() {
+  false_clean[$1]=$((${false_clean[$1]:-0} + ($2 + $3 > 0)))
+  highest[$1]=$(higher "${highest[$1]:-}" "$(higher "$4" "$5")")
+}
 for ((i = 0; i < RUNS; i++)); do
   for slowdown in "${slowdowns[@]}"; do
     run_ranks "$WORK/$slowdown$i" "$slowdown"
-    while read -r c_named c_others c_score c_slow a_named a_others a_score a_slow; do
+    while read -r c_named c_others c_score c_slow a_named a_others a_score a_slow m_named m_others m_score m_slow; do
       count "$slowdown" compute "$c_named" "$c_others" "$c_score" "$c_slow"
       count "$slowdown" arrival "$a_named" "$a_others" "$a_score" "$a_slow"
+      count "$slowdown" mean-arrival "$m_named" "$m_others" "$m_score" "$m_slow"
     done < <(tally "$WORK/$slowdown$i/rank0.log")
   done
   run_ranks "$WORK/clean$i" none
-  while read -r c_named c_others c_score c_slow a_named a_others a_score a_slow; do
+  while read -r c_named c_others c_score c_slow a_named a_others a_score a_slow m_named m_others m_score m_slow; do
     clean_epochs=$((clean_epochs + 1))
-    false_clean[compute]=$((${false_clean[compute]:-0} + (c_others + c_named > 0)))
-    false_clean[arrival]=$((${false_clean[arrival]:-0} + (a_others + a_named > 0)))
-    highest[compute]=$(higher "${highest[compute]:-}" "$(higher "$c_score" "$c_slow")")
-    highest[arrival]=$(higher "${highest[arrival]:-}" "$(higher "$a_score" "$a_slow")")
+    clean compute "$c_named" "$c_others" "$c_score" "$c_slow"
+    clean arrival "$a_named" "$a_others" "$a_score" "$a_slow"
+    clean mean-arrival "$m_named" "$m_others" "$m_score" "$m_slow"
   done < <(tally "$WORK/clean$i/rank0.log")
 done
+MEASURES=(compute arrival mean-arrival)
 report() {  # slowdown, its description
   local m
-  for m in compute arrival; do
+  for m in "${MEASURES[@]}"; do
     echo "straggler_bench: rank $SLOW $2, by its $m: named in ${named[$1/$m]} of ${epochs[$1/$m]} epochs" \
       "(lowest score ${lowest[$1/$m]});" "another rank named in ${falsely[$1/$m]} of ${epochs[$1/$m]} epochs"
   done
@@ -169,9 +182,10 @@ else
   echo "straggler_bench: no CPU quota: needs root and a cgroup file system with the cpu controller"
 fi
 report stop "stopped ${STOP_MS} ms of every $((STOP_MS + RUN_MS)) ms"
-for m in compute arrival; do
+for m in "${MEASURES[@]}"; do
   echo "straggler_bench: no slowdown, by $m: a rank named in ${false_clean[$m]} of $clean_epochs epochs;" \
     "highest score of a rank that kept pace: ${highest[$m]}"
 done
 echo "straggler_bench: (compute scores are x the median: a threshold below (score - 1) x 100% would name that rank;" \
-  "arrival scores are a share of the median step: below score x 100%)"
+  "arrival scores are a share of the median step: below score x 100%; mean-arrival is the arrival by the epoch's" \
+  "mean wait, not by groups of steps, for comparison)"

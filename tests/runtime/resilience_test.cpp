@@ -191,6 +191,21 @@ TEST(LateArrival, ARankIsLateByTheMedianOfTheOthersWaitLessItsOwn) {
   EXPECT_TRUE(late_ranks({0, 0}, 0, 20).empty()) << "no step measured, nobody named";
 }
 
+TEST(LateArrival, OneStepThatHeldARankUpMovesOneGroupOfStepsAndIsNotLateness) {
+  // Rank 1 held up once, in a step of group 2: rank 0 waited 31 ms there. By the epoch's mean it would be 6 ms late.
+  const std::vector<std::vector<double>> once{{1, 1}, {1, 1}, {31, 1}, {1, 1}, {1, 1}};
+  EXPECT_EQ(arrival_lateness_by_group(once), (std::vector<double>{0, 0}));
+  // Rank 1 late by 4 to 8 ms in every group: the median of its lateness in the five.
+  const std::vector<std::vector<double>> always{{5, 1}, {9, 1}, {7, 1}, {6, 1}, {8, 1}};
+  EXPECT_EQ(arrival_lateness_by_group(always), (std::vector<double>{-6, 6}));
+  // A group in which a rank or all but one rank were not measured (-1) counts for no rank.
+  const std::vector<std::vector<double>> gaps{{-1, 1, 1}, {-1, -1, 1}, {4, 1, 1}, {4, -1, 1}, {4, 1, 1}};
+  EXPECT_EQ(arrival_lateness_by_group(gaps), (std::vector<double>{-3, 1.5, 1.5}))
+      << "rank 0 in groups 2, 3, 4: -3, -3, -3; rank 1 in 0, 2, 4: 0, 1.5, 1.5; rank 2 in 0, 2, 3, 4: 0, 1.5, 3, 1.5";
+  EXPECT_EQ(arrival_lateness_by_group({{-1, -1}, {-1, 2}}), (std::vector<double>{0, 0})) << "nothing to compare";
+  EXPECT_TRUE(arrival_lateness_by_group({}).empty());
+}
+
 // 2 ranks train 3 epochs while `slow_down` slows rank 1 (it gets both ranks' pids and returns what ends the
 // slowdown); rank 0's JSON lines must name rank 1 late in every epoch. Its compute is not what gives it away: the
 // slowdowns land in the all-reduce as often as in its computing.

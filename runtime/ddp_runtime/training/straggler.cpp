@@ -4,6 +4,7 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -78,6 +79,8 @@ class StallClock {
 };
 
 constexpr int64_t kWarmUpSteps = 2;
+// Step i's wait goes to group i mod kWaitGroups (straggler.hpp): odd, so that the median is one group's.
+constexpr int kWaitGroups = 5;
 
 struct StragglerMonitor::Clocks {
   std::atomic<Clock::rep> last_gradient{0};  // when the step's latest gradient was computed; 0: none yet
@@ -89,10 +92,19 @@ struct StragglerMonitor::Clocks {
   double compute_seconds = 0;               // this epoch
   double wall_seconds = 0;
   double wait_seconds = 0;  // from the arrival at the all-reduce to its end, less the time this rank was frozen
+  // The epoch's sums start again (the warm-up is the group's, not the epoch's).
+  void restart_epoch() {
+    compute_seconds = wall_seconds = wait_seconds = 0;
+    steps = waits = 0;
+    group_wait_seconds = {};
+    group_waits = {};
+  }
   // When the step's last gradient was computed, by the stall clock; read by the gradient hooks' thread.
   std::atomic<Clock::rep> stalled_at_arrival{0};
   int64_t steps = 0;
   int64_t waits = 0;  // steps whose wait was measured
+  std::array<double, kWaitGroups> group_wait_seconds{};
+  std::array<int64_t, kWaitGroups> group_waits{};
   // The first steps after the group formed pay for one-off work (buffers allocated, buckets rebuilt) at different
   // moments on different ranks: their arrival says nothing of a rank's pace.
   int64_t warm_up_steps = kWarmUpSteps;
@@ -122,6 +134,21 @@ std::vector<double> arrival_lateness(const std::vector<double>& wait) {
     }
     if (!others.empty()) lateness[rank] = median_of(others) - wait[rank];
   }
+  return lateness;
+}
+
+std::vector<double> arrival_lateness_by_group(const std::vector<std::vector<double>>& wait_by_group) {
+  const std::size_t world = wait_by_group.empty() ? 0 : wait_by_group.front().size();
+  std::vector<std::vector<double>> within(world);  // each rank's lateness in each group it was measured in
+  for (const std::vector<double>& wait : wait_by_group) {
+    if (std::count_if(wait.begin(), wait.end(), [](double w) { return w >= 0; }) < 2) continue;
+    const std::vector<double> lateness = arrival_lateness(wait);
+    for (std::size_t rank = 0; rank < world; ++rank) {
+      if (wait[rank] >= 0) within[rank].push_back(lateness[rank]);
+    }
+  }
+  std::vector<double> lateness;
+  for (const std::vector<double>& groups : within) lateness.push_back(median_of(groups));
   return lateness;
 }
 
@@ -180,46 +207,55 @@ void StragglerMonitor::step_finished() {
   const Clock::time_point gradients_done = last != 0 ? Clock::time_point(Clock::duration(last)) : c.backward_end;
   c.compute_seconds += Seconds(gradients_done - c.step_start).count() + Seconds(now - c.backward_end).count();
   c.wall_seconds += Seconds(now - c.step_start).count();
-  ++c.steps;
+  const int group = static_cast<int>(c.steps++ % kWaitGroups);
   if (c.warm_up_steps > 0) {
     --c.warm_up_steps;
   } else if (last != 0 && c.synchronised != Clock::time_point() && c.synchronised >= gradients_done) {
     const auto frozen =
         c.stalled_at_synchronised - Clock::duration(c.stalled_at_arrival.load(std::memory_order_relaxed));
-    c.wait_seconds += std::max(0.0, Seconds(c.synchronised - gradients_done - frozen).count());
+    const double wait = std::max(0.0, Seconds(c.synchronised - gradients_done - frozen).count());
+    c.wait_seconds += wait;
     ++c.waits;
+    c.group_wait_seconds[group] += wait;
+    ++c.group_waits[group];
   }
 }
 
 void StragglerMonitor::regrouped(std::vector<RankIdentity> ranks) {
   ranks_ = std::move(ranks);
   Clocks& c = *clocks_;
-  c.compute_seconds = c.wall_seconds = c.wait_seconds = 0;
-  c.steps = c.waits = 0;
+  c.restart_epoch();
   c.warm_up_steps = kWarmUpSteps;
 }
 
 void StragglerMonitor::end_epoch(int64_t epoch) {
   Clocks& c = *clocks_;
   const int world = dist_.world_size;
-  // One all-reduce: every rank's compute, wait (-1: not measured) and step time, in that order.
-  at::Tensor shared = at::zeros({3 * world}, at::kDouble);
+  // One all-reduce: every rank's compute, wait, step time and wait in each group of steps, in that order (a wait of
+  // -1: not measured).
+  const auto mean_ms = [](double seconds, int64_t count) { return count > 0 ? seconds * 1000 / count : -1.0; };
+  at::Tensor shared = at::zeros({(3 + kWaitGroups) * world}, at::kDouble);
   if (c.steps > 0) {
-    shared[dist_.rank] = c.compute_seconds * 1000 / static_cast<double>(c.steps);
-    shared[2 * world + dist_.rank] = c.wall_seconds * 1000 / static_cast<double>(c.steps);
+    shared[dist_.rank] = mean_ms(c.compute_seconds, c.steps);
+    shared[2 * world + dist_.rank] = mean_ms(c.wall_seconds, c.steps);
   }
-  shared[world + dist_.rank] = c.waits > 0 ? c.wait_seconds * 1000 / static_cast<double>(c.waits) : -1.0;
+  shared[world + dist_.rank] = mean_ms(c.wait_seconds, c.waits);
+  for (int group = 0; group < kWaitGroups; ++group) {
+    shared[(3 + group) * world + dist_.rank] = mean_ms(c.group_wait_seconds[group], c.group_waits[group]);
+  }
   if (world > 1) all_reduce_sum(dist_, shared);
-  if (c.steps > 0) {
-    mean_step_ = std::chrono::milliseconds(static_cast<int64_t>(c.wall_seconds * 1000 / static_cast<double>(c.steps)));
-  }
-  c.compute_seconds = c.wall_seconds = c.wait_seconds = 0;
-  c.steps = c.waits = 0;
+  if (c.steps > 0) mean_step_ = std::chrono::milliseconds(static_cast<int64_t>(mean_ms(c.wall_seconds, c.steps)));
+  c.restart_epoch();
   if (dist_.rank != 0) return;
 
   const double* data = shared.data_ptr<double>();
   const std::vector<double> compute(data, data + world);
   const std::vector<double> wait(data + world, data + 2 * world);
+  std::vector<std::vector<double>> wait_by_group;
+  for (int group = 0; group < kWaitGroups; ++group) {
+    const double* first = data + (3 + group) * world;
+    wait_by_group.emplace_back(first, first + world);
+  }
   std::vector<double> steps;
   for (int rank = 0; rank < world; ++rank) {
     if (data[2 * world + rank] > 0) steps.push_back(data[2 * world + rank]);
@@ -227,7 +263,7 @@ void StragglerMonitor::end_epoch(int64_t epoch) {
   const double step = median_of(steps);
   double median = 0;
   const std::vector<int> slow = slower_than_median(compute, settings_.threshold_pct, &median);
-  const std::vector<double> lateness = arrival_lateness(wait);
+  const std::vector<double> lateness = arrival_lateness_by_group(wait_by_group);
   const std::vector<int> late = late_ranks(lateness, step, settings_.threshold_pct);
   const std::string threshold = fixed(settings_.threshold_pct, settings_.threshold_pct < 10 ? 1 : 0) + "%";
   const std::string prefix = "Epoch " + std::to_string(epoch) + " | ";

@@ -22,7 +22,11 @@
 // waited (stopped, throttled by a CPU quota, or waiting for a core: a thread of its own sees the gaps) is time its
 // peers waited for its data: it is taken off its wait, as if it had arrived that much later. Once per epoch, in the
 // same all-reduce as the compute, rank 0 names every rank whose mean wait is shorter than the median of the others'
-// by more than the threshold, as a share of the median step:
+// by more than the threshold, as a share of the median step. The waits are compared step by step in groups: each
+// rank keeps its mean wait over every fifth step (five interleaved groups of the same steps on every rank), a rank's
+// lateness is the median of its lateness in the five, so one step that held a rank up (a page fault, a core taken
+// for a moment) moves one group, while a rank slowed all along (stopped or throttled at a period of its own) is late
+// in each:
 //   Epoch 3 | Late arrival: rank 1 on node2 (cpu) reaches the all-reduce 8.3 ms after the others (49% of a 17.0 ms
 //   step; threshold 20%)
 // and --json adds each rank's "wait_ms", "arrival_ms" (how much later than the others it arrived) and
@@ -55,6 +59,11 @@ std::vector<int> slower_than_median(const std::vector<double>& compute, double t
 // its own (negative: earlier). Ranks whose wait is negative were not measured: their lateness is 0, and they are
 // left out of the others' medians.
 std::vector<double> arrival_lateness(const std::vector<double>& wait);
+
+// The same over groups of steps: `wait_by_group[g][rank]` is a rank's mean wait over group g's steps (negative: not
+// measured). A rank's lateness is the median, over the groups in which it and another rank were measured, of its
+// lateness within the group (as arrival_lateness); 0 where there is none.
+std::vector<double> arrival_lateness_by_group(const std::vector<std::vector<double>>& wait_by_group);
 
 // The ranks whose lateness exceeds `threshold_pct` percent of `step` (the median step time).
 std::vector<int> late_ranks(const std::vector<double>& lateness, double step, double threshold_pct);
