@@ -19,12 +19,18 @@ const char* to_string(Where where) {
 const std::vector<const CheckInfo*>& catalogue() {
   using namespace checks;
   static const std::vector<const CheckInfo*> entries{
-      &kMasterAddr,    &kInterface,     &kLinkSpeed,    &kGpuVisible,       &kGpuDriverBound,       &kStorageDir,
-      &kStorageFree,   &kStorageDevice, &kNodeChecks,   &kContainerRuntime, &kContainerSnapshotDir, &kContainerShm,
-      &kGpuDriver,     &kGpuMemory,     &kTopoGpuNic,   &kTopoPlan,         &kStorageWriteBw,       &kDataDir,
-      &kDataDevice,    &kNodeCompute,   &kNodeMemoryBw, &kCpuCores,         &kOmpThreads,           &kExchange,
-      &kMasterPort,    &kRendezvous,    &kClockOffset,  &kStorageShared,    &kLinkBandwidth,        &kLinkRtt,
-      &kAllreduceGloo, &kAllreduceNccl};
+      // Node.
+      &kMasterAddr, &kInterface, &kLinkSpeed, &kGpuVisible, &kGpuDriverBound, &kStorageDir, &kStorageFree,
+      &kStorageDevice, &kNodeChecks,
+      // Node leader.
+      &kContainerRuntime, &kContainerSnapshotDir, &kContainerShm, &kGpuDriver, &kGpuMemory, &kTopoGpuNic, &kTopoPlan,
+      &kStorageWriteBw, &kDataDir, &kDataDevice, &kNodeBlas, &kNodeCompute, &kNodeMemoryBw,
+      // Every task.
+      &kCpuCores, &kOmpThreads, &kExchange,
+      // Rank 0.
+      &kMasterPort, &kRendezvous,
+      // Across nodes.
+      &kClockOffset, &kStorageShared, &kLinkBandwidth, &kLinkRtt, &kAllreduceGloo, &kAllreduceNccl};
   return entries;
 }
 

@@ -64,6 +64,8 @@ inline constexpr CheckInfo kStorageWriteBw{"storage.write_bw", Where::NodeLeader
                                            "write bandwidth into the snapshot directory", "--min-disk-mbps"};
 inline constexpr CheckInfo kDataDir{"data.dir", Where::NodeLeader, "the --data-dir directory is readable", ""};
 inline constexpr CheckInfo kDataDevice{"data.device", Where::NodeLeader, "the --data-dir directory's device", ""};
+inline constexpr CheckInfo kNodeBlas{"node.blas", Where::NodeLeader,
+                                     "OpenBLAS's kernels use the CPU's AVX2 where it has it (OPENBLAS_CORETYPE)", ""};
 inline constexpr CheckInfo kNodeCompute{"node.compute", Where::NodeLeader,
                                         "GEMM speed, against the median of the nodes", "--straggler-threshold"};
 inline constexpr CheckInfo kNodeMemoryBw{"node.memory_bw", Where::NodeLeader,

@@ -9,6 +9,7 @@
 
 #include "core/env_names.hpp"
 #include "core/parse.hpp"
+#include "doctor/checks/blas.hpp"
 #include "doctor/checks/container_check.hpp"
 #include "doctor/checks/cpu.hpp"
 #include "doctor/checks/gpu.hpp"
@@ -113,6 +114,7 @@ std::vector<CheckResult> node_leader_checks(const DoctorRun& run) {
   if (run.topology_checks) append(results, run.topology_checks(run.env));
   if (passed(results, checks::kStorageDir)) results.push_back(write_bandwidth(run, request.snapshot_dir));
   if (run.options.data_dir) append(results, data_dir_checks(*run.options.data_dir));
+  results.push_back(check_blas_kernels(this_blas(), cpu_vectors()));
   append(results, measure_node_speed(run.options.quick, time_budget(run.options).node_speed));
   return results;
 }
