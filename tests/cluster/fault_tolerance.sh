@@ -93,7 +93,13 @@ lost=$((finished - ${resumed_at:-0}))
 echo "FIGURE: SIGTERM to the steps after $finished finished epochs: resumed at epoch ${resumed_at:-none}," \
   "$((lost > 0 ? lost : 0)) epochs lost; $(grep -c '^Epoch [0-9]* | Loss' <<<"$out") epochs trained for $EPOCHS_TOTAL"
 grep -E '^(ddp-restart|srun: error|\[CPU[01]\] Stopped)' <<<"$out" || true
-assert_match "$out" "\[CPU0\] Stopped at epoch [0-9]+, batch [0-9]+ on request \(SIGTERM\)" "the tasks stopped on SIGTERM"
+# Slurm signals each node's tasks through that node's slurmd: the first rank the SIGTERM reaches stops the others at
+# the next step boundary, and those may end before their own SIGTERM arrives (seen under CI's load: rank 0 stopped
+# "on request" from rank 1 and never saw the signal). Every rank stops on request; at least one names the SIGTERM.
+for task in 0 1; do
+  assert_match "$out" "\[CPU$task\] Stopped at epoch [0-9]+, batch [0-9]+ on request" "task $task stopped on request"
+done
+assert_match "$out" "\[CPU[01]\] Stopped at epoch [0-9]+, batch [0-9]+ on request \(SIGTERM\)" "the stop came of SIGTERM"
 assert_contains "$out" "ddp-restart: tasks stopped on request (exit code 75); requeueing job $terminated" \
   "exit status 75 requeued the job"
 assert_match "$(run_on_cluster scontrol show job "$terminated")" "Restarts=1 " "requeued once, not restarted in place"
