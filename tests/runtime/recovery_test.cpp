@@ -6,7 +6,9 @@
 #include <signal.h>
 #include <torch/version.h>
 
+#include <filesystem>
 #include <iostream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -169,6 +171,35 @@ TEST_F(RecoverInPlace, AStoppedRankIsLeftOutAndEndsWhenItComesBack) {
   const std::string stopped = testing::read_text(ranks[2].output_path);
   EXPECT_TRUE(contains(stopped, "ddp-train: rank 2 on " + host_name() + " (cpu) was left out: the other ranks went on"))
       << stopped;
+}
+
+// Every file in `dir` but the ranks' logs, each with its content: what a run leaves for its user.
+std::map<std::string, std::string> run_files(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".log") files[entry.path().filename()] = testing::read_text(entry.path());
+  }
+  return files;
+}
+
+// A stopped rank that comes back only after the others have ended the run finds every member gone, as if they had
+// all been killed: the group file says the run ended, so it is left out, and writes nothing over the run's model or
+// snapshots with its old state (seen before the group file was read: it trained on alone and saved its model).
+TEST_F(RecoverInPlace, AStoppedRankThatComesBackAfterTheRunEndedIsLeftOutAndWritesNothing) {
+  const std::string dir = testing::make_temp_dir();
+  Ranks ranks;
+  start_and_signal(ranks, dir, 3, 2, SIGSTOP, {"12", "4"});
+  EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(120)), 0);
+  EXPECT_EQ(testing::wait_at_most(ranks[1], std::chrono::seconds(30)), 0);
+  const std::map<std::string, std::string> left = run_files(dir);
+  ASSERT_EQ(left.count("final.pt"), 1u) << "the survivors saved the model";
+  kill(ranks[2].pid, SIGCONT);
+  EXPECT_EQ(testing::wait_at_most(ranks[2], std::chrono::seconds(60)), 1);
+  const std::string stopped = testing::read_text(ranks[2].output_path);
+  EXPECT_TRUE(contains(stopped, "ddp-train: rank 2 on " + host_name() +
+                                    " (cpu) was left out: the other ranks went on without it and ended the run ("))
+      << stopped;
+  EXPECT_TRUE(run_files(dir) == left) << "the model, the snapshots and the group file are as the survivors left them";
 }
 
 // Ends every rank of a run that trains on (epochs without end) with SIGUSR2: they agree to stop at a step boundary,

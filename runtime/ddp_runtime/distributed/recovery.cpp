@@ -77,6 +77,42 @@ bool wait_for_key(const compat::StorePtr& store, const std::string& key, millise
   }
 }
 
+bool group_ended(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  return std::getline(in, line) && line == kGroupEnded;
+}
+
+// The generation the group file names; -1 when it names none (no file, or one that does not parse).
+int64_t group_file_generation(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!std::getline(in, line) || line.rfind("ddp-train group ", 0) != 0) return -1;
+  try {
+    return std::stoll(line.substr(std::string("ddp-train group ").size()));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// The group file's members, in rank order: id and standby endpoint. Empty when it does not exist or does not parse.
+std::vector<std::pair<int, std::string>> read_group_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<std::pair<int, std::string>> members;
+  if (!std::getline(in, line) || line.rfind("ddp-train group ", 0) != 0) return members;
+  while (std::getline(in, line) && members.size() < 100000) {
+    const std::size_t tab = line.find('\t');
+    if (tab == std::string::npos || tab == 0) return {};
+    try {
+      members.emplace_back(std::stoi(line.substr(0, tab)), line.substr(tab + 1));
+    } catch (const std::exception&) {
+      return {};
+    }
+  }
+  return members;
+}
+
 }  // namespace
 
 // A generation's list, as the leader writes it, one field per line or tab:
@@ -240,6 +276,7 @@ Recovery::Probe Recovery::probe(const Member& member, milliseconds wait) const {
 Regrouped Recovery::regroup(const MemberReport& mine) {
   const auto start = Clock::now();
   const int64_t generation = generation_ + 1;
+  check_not_passed_by(generation);
   const std::vector<Member> candidates = members_;
   for (const Member& candidate : candidates) {
     Regrouped result;
@@ -270,6 +307,24 @@ Regrouped Recovery::regroup(const MemberReport& mine) {
     return result;
   }
   throw std::runtime_error("no member of generation " + std::to_string(generation_) + " could be reached");
+}
+
+void Recovery::check_not_passed_by(int64_t generation) const {
+  if (settings_.group_file.empty()) return;
+  RankIdentity mine;
+  for (const Member& member : members_) {
+    if (member.id == self_) mine = member.identity;
+  }
+  const std::string me = describe_rank({mine}, 0);
+  if (group_ended(settings_.group_file)) {
+    throw LeftOut(me + " was left out: the other ranks went on without it and ended the run (" + settings_.group_file +
+                  " says so)");
+  }
+  const int64_t named = group_file_generation(settings_.group_file);
+  if (named >= generation) {
+    throw LeftOut(me + " was left out: the other ranks went on without it as generation " + std::to_string(named) +
+                  " (" + settings_.group_file + " names it)");
+  }
 }
 
 Regrouped Recovery::lead(int64_t generation, const MemberReport& mine) {
@@ -443,34 +498,6 @@ std::string Recovery::group_file() const {
 }
 
 std::string Recovery::ended_group_file() { return std::string(kGroupEnded) + "\n"; }
-
-namespace {
-
-bool group_ended(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  return std::getline(in, line) && line == kGroupEnded;
-}
-
-// The group file's members, in rank order: id and standby endpoint. Empty when it does not exist or does not parse.
-std::vector<std::pair<int, std::string>> read_group_file(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::vector<std::pair<int, std::string>> members;
-  if (!std::getline(in, line) || line.rfind("ddp-train group ", 0) != 0) return members;
-  while (std::getline(in, line) && members.size() < 100000) {
-    const std::size_t tab = line.find('\t');
-    if (tab == std::string::npos || tab == 0) return {};
-    try {
-      members.emplace_back(std::stoi(line.substr(0, tab)), line.substr(tab + 1));
-    } catch (const std::exception&) {
-      return {};
-    }
-  }
-  return members;
-}
-
-}  // namespace
 
 Regrouped Recovery::join(const std::string& group_file_path, const std::function<void(const std::string&)>& asked) {
   const auto start = Clock::now();

@@ -22,6 +22,9 @@
 // do, since a rank cut off may live on with others. So two groups never both go on (a member that was silent and
 // comes back finds a newer generation without it and ends, "left out"), and a SIGKILLed rank never blocks
 // recovery, while with two ranks a silent one does: the other cannot tell a stopped peer from a cut-off one.
+// A member that comes back after the others have gone (they finished the run, or went on and died since) finds
+// every member dead; the group file is then the witness: a member whose generation it has passed, or which says the
+// run ended, is left out, and writes nothing over the run's model and snapshots.
 // Below the quorum or --min-ranks the members fall back to a restart from a snapshot, which the member with the
 // newest state writes first.
 //
@@ -64,6 +67,9 @@ struct RecoverySettings {
   // How long the leader probes a silent member again before it counts as silent for good (a loaded node may be
   // slow to answer); members that answer are awaited until --timeout beyond it.
   std::chrono::milliseconds join_window{1500};
+  // The run's group file (group_file_name, in the snapshot directory), which the current rank 0 keeps: the witness
+  // of generations that went on, and of the run's end, after their members are gone. Empty: none.
+  std::string group_file;
 };
 
 // What a member says of itself when it reports.
@@ -156,6 +162,8 @@ class Recovery {
   };
   struct Probe;
 
+  // Throws LeftOut when the group file says the run ended or names `generation` or a later one.
+  void check_not_passed_by(int64_t generation) const;
   Regrouped lead(int64_t generation, const MemberReport& mine);
   Regrouped follow(int64_t generation, const compat::StorePtr& store, const MemberReport& mine);
   Regrouped take_list(int64_t generation, const std::string& list, const compat::StorePtr& store);

@@ -876,6 +876,7 @@ RecoverySettings recovery_settings(const TrainOptions& options) {
   settings.min_ranks = options.min_ranks;
   settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
   settings.probe = std::min(settings.probe, settings.timeout);
+  settings.group_file = options.snapshot_dir + "/" + group_file_name(options.run_id);
   return settings;
 }
 
