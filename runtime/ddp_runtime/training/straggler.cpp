@@ -92,7 +92,7 @@ struct StragglerMonitor::Clocks {
   double compute_seconds = 0;               // this epoch
   double wall_seconds = 0;
   double wait_seconds = 0;  // from the arrival at the all-reduce to its end, less the time this rank was frozen
-  // The epoch's sums start again (the warm-up is the group's, not the epoch's).
+  // Zeroes the epoch's sums; a new process group also starts a new warm-up (regrouped()), a new epoch does not.
   void restart_epoch() {
     compute_seconds = wall_seconds = wait_seconds = 0;
     steps = waits = 0;
