@@ -53,8 +53,14 @@ class StallClock {
   StallClock(const StallClock&) = delete;
   StallClock& operator=(const StallClock&) = delete;
 
-  // Stalled time so far; the gap in progress counts once the thread runs again.
-  Clock::duration stalled() const { return Clock::duration(stalled_.load(std::memory_order_relaxed)); }
+  // Stalled time so far, the gap in progress included: after a stop or a throttled period, the thread that reads
+  // may run before this clock's own thread has, and the time frozen must count at once (read under the mutex, so
+  // that a gap is counted either in progress or recorded, never both).
+  Clock::duration stalled() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto late = Clock::now() - last_ - kTick;
+    return stalled_ + (late > kTolerance ? late : Clock::duration(0));
+  }
 
  private:
   static constexpr std::chrono::milliseconds kTick{2};
@@ -62,19 +68,19 @@ class StallClock {
 
   void run() {
     std::unique_lock<std::mutex> lock(mutex_);
-    auto last = Clock::now();
     while (!wake_.wait_for(lock, kTick, [this] { return stop_; })) {
       const auto now = Clock::now();
-      const auto late = now - last - kTick;
-      if (late > kTolerance) stalled_.fetch_add(late.count(), std::memory_order_relaxed);
-      last = now;
+      const auto late = now - last_ - kTick;
+      if (late > kTolerance) stalled_ += late;
+      last_ = now;
     }
   }
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;
-  std::atomic<Clock::rep> stalled_{0};
+  Clock::time_point last_ = Clock::now();  // this clock's thread's last wake
+  Clock::duration stalled_{0};
   std::thread thread_;
 };
 
