@@ -388,7 +388,7 @@ failed_tests_of() {  # NAME < LOG
       n = 0; on = 0
     }
     /^ *Start +[0-9]+: / || /^[0-9]+% tests passed/ { if (on) flush() }
-    /Test +#[0-9]+: .*(\*\*\*|Exception|Not Run)/ { if (on) flush(); print; on = 1; next }
+    /Test +#[0-9]+: .*\*\*\*/ && !/\*\*\*Skipped/ { if (on) flush(); print; on = 1; next }
     on { buf[++n] = $0 }
     /^The following tests FAILED:/ { list = 1 }
     list { print }
