@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <map>
@@ -26,6 +27,7 @@ using std::chrono::milliseconds;
 
 constexpr char kStandbyProofKey[] = "ddp-train/standby-proof";
 constexpr char kGroupEnded[] = "ddp-train group ended";
+constexpr char kGroupHeader[] = "ddp-train group ";  // then the generation
 constexpr milliseconds kPoll{10};
 
 std::atomic<int> releasing{0};
@@ -77,40 +79,32 @@ bool wait_for_key(const compat::StorePtr& store, const std::string& key, millise
   }
 }
 
-bool group_ended(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  return std::getline(in, line) && line == kGroupEnded;
-}
-
-// The generation the group file names; -1 when it names none (no file, or one that does not parse).
-int64_t group_file_generation(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  if (!std::getline(in, line) || line.rfind("ddp-train group ", 0) != 0) return -1;
-  try {
-    return std::stoll(line.substr(std::string("ddp-train group ").size()));
-  } catch (const std::exception&) {
-    return -1;
-  }
-}
-
-// The group file's members, in rank order: id and standby endpoint. Empty when it does not exist or does not parse.
-std::vector<std::pair<int, std::string>> read_group_file(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
+// The group file as rank 0 wrote it: the run ended, or its generation and members (id and standby endpoint) in rank
+// order. A file that does not exist or does not parse names no generation (-1) and no member.
+struct GroupFile {
+  bool ended = false;
+  int64_t generation = -1;
   std::vector<std::pair<int, std::string>> members;
-  if (!std::getline(in, line) || line.rfind("ddp-train group ", 0) != 0) return members;
-  while (std::getline(in, line) && members.size() < 100000) {
-    const std::size_t tab = line.find('\t');
-    if (tab == std::string::npos || tab == 0) return {};
-    try {
-      members.emplace_back(std::stoi(line.substr(0, tab)), line.substr(tab + 1));
-    } catch (const std::exception&) {
-      return {};
+};
+
+GroupFile read_group_file(const std::string& path) {
+  GroupFile file;
+  std::ifstream in(path);
+  std::string line;
+  if (!std::getline(in, line)) return file;
+  file.ended = line == kGroupEnded;
+  if (file.ended || line.rfind(kGroupHeader, 0) != 0) return file;
+  try {
+    file.generation = std::stoll(line.substr(std::strlen(kGroupHeader)));
+    while (std::getline(in, line) && file.members.size() < 100000) {
+      const std::size_t tab = line.find('\t');
+      if (tab == std::string::npos || tab == 0) return {};
+      file.members.emplace_back(std::stoi(line.substr(0, tab)), line.substr(tab + 1));
     }
+  } catch (const std::exception&) {
+    return {};
   }
-  return members;
+  return file;
 }
 
 }  // namespace
@@ -316,14 +310,14 @@ void Recovery::check_not_passed_by(int64_t generation) const {
     if (member.id == self_) mine = member.identity;
   }
   const std::string me = describe_rank({mine}, 0);
-  if (group_ended(settings_.group_file)) {
+  const GroupFile file = read_group_file(settings_.group_file);
+  if (file.ended) {
     throw LeftOut(me + " was left out: the other ranks went on without it and ended the run (" + settings_.group_file +
                   " says so)");
   }
-  const int64_t named = group_file_generation(settings_.group_file);
-  if (named >= generation) {
-    throw LeftOut(me + " was left out: the other ranks went on without it as generation " + std::to_string(named) +
-                  " (" + settings_.group_file + " names it)");
+  if (file.generation >= generation) {
+    throw LeftOut(me + " was left out: the other ranks went on without it as generation " +
+                  std::to_string(file.generation) + " (" + settings_.group_file + " names it)");
   }
 }
 
@@ -492,7 +486,7 @@ void Recovery::admit_replacements(int64_t generation, GenerationList& list) {
 bool Recovery::joins_pending() { return standby_->add("joins", 0) > joins_admitted_; }
 
 std::string Recovery::group_file() const {
-  std::string text = "ddp-train group " + std::to_string(generation_) + "\n";
+  std::string text = kGroupHeader + std::to_string(generation_) + "\n";
   for (const Member& member : members_) text += std::to_string(member.id) + "\t" + member.identity.standby + "\n";
   return text;
 }
@@ -504,11 +498,12 @@ Regrouped Recovery::join(const std::string& group_file_path, const std::function
   const auto deadline = start + 2 * settings_.timeout;
   std::string why = "no group file " + group_file_path + " (is the run going, with the same --snapshot-dir?)";
   while (Clock::now() < deadline) {
-    if (group_ended(group_file_path)) {
+    const GroupFile file = read_group_file(group_file_path);
+    if (file.ended) {
       throw std::runtime_error("this replacement could not join the run: it has ended (" + group_file_path +
                                " says so)");
     }
-    const auto members = read_group_file(group_file_path);
+    const auto& members = file.members;
     if (!members.empty()) {
       // The current rank 0 admits replacements; a rank 0 that does not answer is being replaced itself, and the
       // group file names the next one once the others have regrouped.
