@@ -382,8 +382,12 @@ reap_suite() {  # STATE
 failed_tests_of() {  # NAME < LOG
   echo "run.sh: ===== suite $1: what failed ====="
   awk -v keep=40 '
+    # The lines that say why (a test script'"'"'s FAIL line, a GoogleTest failure, an assertion), wherever they are, then
+    # the last lines: a script may print the daemon logs or a whole report after its reason.
     function flush(  i, from) {
       from = n > keep ? n - keep + 1 : 1
+      for (i = 1; i < from; i++) if (buf[i] ~ /^FAIL|: Failure$|[Aa]ssertion|Error:|error:/) print buf[i]
+      if (from > 1) print "[...]"
       for (i = from; i <= n; i++) print buf[i]
       n = 0; on = 0
     }

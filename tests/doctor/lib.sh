@@ -69,6 +69,7 @@ try:
 except AssertionError as e:
     print("report assertion failed:", e, file=sys.stderr)
     print(json.dumps(report, indent=1), file=sys.stderr)
+    print("report assertion failed (the report is above):", e, file=sys.stderr)
     sys.exit(1)
 PY
 }
