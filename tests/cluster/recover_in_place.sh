@@ -25,8 +25,12 @@ on_exit '"$CLUSTER_SH" down >/dev/null'
 # shellcheck source=training_lib.sh
 source "$(dirname "$0")/training_lib.sh"
 
-EPOCHS=150  # long enough for every fault and replacement of the second run, on a loaded machine too
-TRAIN_ARGS="--width 64 --samples 2048 --timeout 5 --snapshot-every-seconds 1"
+# The second run must outlast every fault and the replacements that follow them: a replacement takes 2 to 8 s from
+# its srun to its first step on this test's 2 CPUs (LibTorch loads, the run takes it in at a step boundary), and
+# three start at once after the kills. 2048 samples (about 20 s of training) once ended the run before the last two
+# had joined; 6144 give them three times that.
+EPOCHS=150
+TRAIN_ARGS="--width 64 --samples 6144 --timeout 5 --snapshot-every-seconds 1"
 TRAINING=(NODES=3 TASKS_PER_NODE=2 RECOVER=in-place WORKLOAD=mlp "EPOCHS=$EPOCHS" SAVE_EVERY=0 MAX_RESTARTS=6)
 SBATCH=(--nodes=3 --ntasks-per-node=2 --cpus-per-task=1)
 # The faults' run: its step on 3 of 4 nodes; the first replacement goes to the spare node, the later ones beside the
@@ -90,8 +94,8 @@ fallback=$(submit_template multi-node.sbatch "$TEST_DIR/fallback" "${TRAINING[@]
   TRAIN_ARGS="$TRAIN_ARGS --min-ranks 6" -- "${SBATCH[@]}")
 await "$TEST_DIR/fallback" "$fallback" '^Epoch 5 \| Loss'
 kill -KILL "$(pid_of "$fallback" 0 3)"
-expect_completed "$TEST_DIR/baseline" "$baseline" 240
-expect_completed "$TEST_DIR/fallback" "$fallback" 240
+expect_completed "$TEST_DIR/baseline" "$baseline" 360
+expect_completed "$TEST_DIR/fallback" "$fallback" 360
 out=$(job_output "$TEST_DIR/fallback" "$fallback")
 assert_match "$out" "ddp-train: rank 3 on node2 \(cpu\) was lost \([^)]*\); 5 of 6 ranks answer, fewer than --min-ranks 6: training cannot go on in place; this rank wrote a snapshot of step [0-9]+ " \
   "below --min-ranks, rank 0 writes a snapshot of the last completed step"
@@ -110,12 +114,14 @@ on_exit "kill -CONT $stopped 2>/dev/null"
 await "$dir" "$job" '\| Recovered in place: rank 5 on node3 \(cpu\) lost'
 kill -CONT "$stopped"
 await "$dir" "$job" '\| Grew in place: rank 6 on node[124] \(cpu\) joined'
+# The replacements' requests to join so far: the one for rank 5. Those for ranks 3, 4 and 2 may ask before rank 2's
+# recovery is seen (ddp-restart starts them as srun reports each failure).
+asked=$(job_output "$dir" "$job" | grep -c '^Replacement: asked' || true)
 kill -KILL "$(pid_of "$job" 0 3)" "$(pid_of "$job" 0 4)"
 await "$dir" "$job" '\| Recovered in place: rank 3 on node2 \(cpu\) and rank 4 on node3 \(cpu\) lost'
 kill -KILL "$(pid_of "$job" 0 2)"
 await "$dir" "$job" '\| Recovered in place: rank 2 on node2 \(cpu\) lost'
 # A replacement killed once it has asked to join, before it is healed.
-asked=$(job_output "$dir" "$job" | grep -c '^Replacement: asked' || true)
 await "$dir" "$job" '^Replacement: asked' $((asked + 1))
 replacements=$(replacement_pids "$job")
 kill -KILL "$(tail -n 1 <<<"$replacements")"
@@ -133,7 +139,7 @@ caught=$(python3 "$(dirname "$0")/kill_mid_write.py" "$snapshots" 60 $(job_pids 
 read -r torn _ writer_step writer_task writer_node <<<"$caught"
 echo "rank 0 killed in a snapshot write: $torn (step $writer_step, task $writer_task on $writer_node)"
 await "$dir" "$job" '\| Recovered in place: ' $((recovered + 1))
-expect_completed "$dir" "$job" 300
+expect_completed "$dir" "$job" 360
 out=$(job_output "$dir" "$job")
 grep -E '^(ddp-restart|srun: error|ddp-train: )|Recovered in place|Grew in place|Joined' <<<"$out" || true
 assert_contains "$out" "ddp-train: rank 5 on node3 (cpu) was left out" "the stopped rank, continued, ended"
