@@ -30,7 +30,16 @@ CPUS=1 start_rank slow1 1 0 -- --quick --json --timeout 20
 CPUS=0 start_rank slow2 2 0 -- --quick --json --timeout 20
 wait_ranks 60
 stop_neighbours
-[ "$(rc_of slow0)" -eq 0 ] || fail "rank 0 exited $(rc_of slow0): $(cat "$WORK/slow0.out" "$WORK/slow0.err")"
+# Exit status 1 is the doctor's "a check failed": a rank slowed to a sixth of a CPU may fail a check of its links
+# under CI's load besides, which is not this test's subject; any other status, or no report, is.
+case "$(rc_of slow0)" in
+  0) ;;
+  1) python3 -c 'import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    if r["status"] == "FAIL": print("note: besides the slow node, FAIL", r["check"], "rank", r["rank"], r["value"], r["detail"])
+' "$WORK/slow0.out" || fail "rank 0 exited 1 without a report: $(cat "$WORK/slow0.out" "$WORK/slow0.err")" ;;
+  *) fail "rank 0 exited $(rc_of slow0): $(cat "$WORK/slow0.out" "$WORK/slow0.err")" ;;
+esac
 check_report "$WORK/slow0.out" "
 for check in ('node.compute', 'node.memory_bw'):
     slow = row(check, 1)
