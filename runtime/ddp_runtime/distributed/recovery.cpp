@@ -29,6 +29,9 @@ constexpr char kStandbyProofKey[] = "ddp-train/standby-proof";
 constexpr char kGroupEnded[] = "ddp-train group ended";
 constexpr char kGroupHeader[] = "ddp-train group ";  // then the generation
 constexpr milliseconds kPoll{10};
+// At rank 0's standby store: the counter of tickets a replacement takes, then its request under its ticket.
+constexpr char kJoinTickets[] = "joins";
+std::string join_request_key(int64_t ticket) { return "join/" + std::to_string(ticket); }
 
 std::atomic<int> releasing{0};
 
@@ -466,13 +469,13 @@ Regrouped Recovery::take_list(int64_t generation, const std::string& encoded, co
   return result;
 }
 
-// Rank 0 takes every replacement that asked at its store into the generation it forms: each gets the next free
-// member id, no state (rank 0 sends it the state), and learns the generation it belongs to.
+// Rank 0 takes every replacement whose request is written at its store into the generation it forms (a ticket whose
+// request is not written yet holds up no other: join_tickets.hpp): each gets the next free member id, no state
+// (rank 0 sends it the state), and learns the generation it belongs to.
 void Recovery::admit_replacements(int64_t generation, GenerationList& list) {
-  const int64_t asked = standby_->add("joins", 0);
-  for (; joins_admitted_ < asked; ++joins_admitted_) {
-    const std::string request = "join/" + std::to_string(joins_admitted_ + 1);
-    if (!standby_->check({request})) break;  // asked but not yet written: the next generation takes it
+  for (const int64_t ticket :
+       join_tickets_.take(standby_->add(kJoinTickets, 0), join_request_written(), Clock::now())) {
+    const std::string request = join_request_key(ticket);
     std::vector<std::string> fields;
     std::istringstream row(text(standby_->get(request)));
     for (std::string field; std::getline(row, field, '\t');) fields.push_back(field);
@@ -483,7 +486,13 @@ void Recovery::admit_replacements(int64_t generation, GenerationList& list) {
   }
 }
 
-bool Recovery::joins_pending() { return standby_->add("joins", 0) > joins_admitted_; }
+bool Recovery::joins_pending() {
+  return join_tickets_.pending(standby_->add(kJoinTickets, 0), join_request_written(), Clock::now());
+}
+
+JoinTickets::Written Recovery::join_request_written() const {
+  return [this](int64_t ticket) { return standby_->check({join_request_key(ticket)}); };
+}
 
 std::string Recovery::group_file() const {
   std::string text = kGroupHeader + std::to_string(generation_) + "\n";
@@ -514,8 +523,8 @@ Regrouped Recovery::join(const std::string& group_file_path, const std::function
             (found.state == Probe::Dead ? " (nothing listens there)" : " (no proof within the probe's wait)") + " in " +
             std::to_string(std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()) + " ms";
       if (found.state == Probe::Answered) {
-        const int64_t ticket = found.store->add("joins", 1);
-        const std::string request = "join/" + std::to_string(ticket);
+        const int64_t ticket = found.store->add(kJoinTickets, 1);
+        const std::string request = join_request_key(ticket);
         found.store->set(request, bytes(host_name() + "\t" + dist_.device.str() + "\t" + endpoint_));
         asked("asked rank " + std::to_string(leader.id) + " to join the run (request " + std::to_string(ticket) + ")");
         why = "rank " + std::to_string(leader.id) + " did not admit this replacement within the timeout";

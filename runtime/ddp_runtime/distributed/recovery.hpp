@@ -54,6 +54,7 @@
 
 #include "core/launch.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/distributed/join_tickets.hpp"
 #include "ddp_runtime/distributed/rank_identity.hpp"
 #include "ddp_runtime/process_group.hpp"
 
@@ -148,7 +149,8 @@ class Recovery {
   // `asked` is told once the request is made.
   Regrouped join(const std::string& group_file, const std::function<void(const std::string&)>& asked);
 
-  // Rank 0: whether a replacement asked to join since the last generation formed (a call to its own store).
+  // Rank 0: whether a replacement asked to join since the last generation formed, or one that was still writing its
+  // request then has written it (calls to its own store; join_tickets.hpp).
   bool joins_pending();
   // The group file's text for the current generation, which rank 0 writes.
   std::string group_file() const;
@@ -172,6 +174,7 @@ class Recovery {
   void host_standby();
   struct GenerationList;
   void admit_replacements(int64_t generation, GenerationList& list);
+  JoinTickets::Written join_request_written() const;
   Probe probe(const Member& member, std::chrono::milliseconds wait) const;
   std::string key(int64_t generation, const std::string& name) const;
 
@@ -180,10 +183,10 @@ class Recovery {
   RecoverySettings settings_;
   int self_ = 0;  // this member's id
   compat::StorePtr standby_;
-  std::string endpoint_;         // this member's standby endpoint, "address port"
-  int64_t joins_admitted_ = 0;   // rank 0: requests to join taken into a generation so far
-  int next_id_ = 0;              // the member id the next replacement gets
-  std::vector<Member> members_;  // of the current generation, in rank order
+  std::string endpoint_;                         // this member's standby endpoint, "address port"
+  JoinTickets join_tickets_{settings_.timeout};  // rank 0: the replacements' requests to join
+  int next_id_ = 0;                              // the member id the next replacement gets
+  std::vector<Member> members_;                  // of the current generation, in rank order
   std::vector<RankIdentity> identities_;
   int64_t generation_ = 0;
 };
