@@ -331,15 +331,12 @@ TEST_F(DdpTrainModel, ShardsTrainLikeTheirConcatenation) {
   expect_same_models(dir_ + "/one/final.pt", dir_ + "/shards/final.pt", true);
 }
 
-// The refusals of bad input come in two tests, each within CTest's time limit on a loaded machine: every one starts
+// The refusals of bad input come in three tests, each within CTest's time limit on a loaded machine: every one starts
 // 2 ranks of ddp-train, and every model_io.py call starts a Python with torch.
-TEST_F(DdpTrainModel, RefusesABadModelOrLossOnEveryRankWithOneLineBeforeTheFirstStep) {
-  model_io({"make-model", "mlp", dir_ + "/mlp.pt"});
+TEST_F(DdpTrainModel, RefusesABadModelOnEveryRankWithOneLineBeforeTheFirstStep) {
   model_io({"make-model", "two-inputs", dir_ + "/two.pt"});
   model_io({"make-model", "tuple-output", dir_ + "/tuple.pt"});
   model_io({"make-data", "mlp", dir_ + "/data.pt"});
-  model_io({"make-data", "regression", dir_ + "/regression.pt"});
-  model_io({"make-data", "mlp", dir_ + "/ten.pt", "--classes", "10", "--samples", "400"});
   testing::write_bytes(dir_ + "/notes.txt", "not a model\n");
   const std::string d = dir_;
   expect_refused(d + "/notes.txt", d + "/data.pt", {}, d + "/notes.txt is not a TorchScript module");
@@ -348,6 +345,14 @@ TEST_F(DdpTrainModel, RefusesABadModelOrLossOnEveryRankWithOneLineBeforeTheFirst
   expect_refused(d + "/two.pt", d + "/data.pt", {}, d + "/two.pt: its forward is forward(");
   expect_refused(d + "/tuple.pt", d + "/data.pt", {},
                  "calls forward with one tensor (a batch of inputs) and needs one tensor back");
+}
+
+TEST_F(DdpTrainModel, RefusesALossOrTargetsThatDoNotFitTheModelOnEveryRankBeforeTheFirstStep) {
+  model_io({"make-model", "mlp", dir_ + "/mlp.pt"});
+  model_io({"make-data", "mlp", dir_ + "/data.pt"});
+  model_io({"make-data", "regression", dir_ + "/regression.pt"});
+  model_io({"make-data", "mlp", dir_ + "/ten.pt", "--classes", "10", "--samples", "400"});
+  const std::string d = dir_;
   expect_refused(d + "/mlp.pt", d + "/data.pt", {"--loss", "mse"},
                  "--loss mse needs floating-point targets shaped like the output (class indices take --loss "
                  "cross-entropy or nll)");

@@ -109,8 +109,18 @@ int wait_for(const Process& process) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-int wait_at_most(const Process& process, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
+namespace {
+
+// CTest gives each test 120 s and then kills it blind. A process run to its end by run() or run_ranks() that has not
+// ended 110 s into its test hangs: it is killed first, so that the test fails naming it, with its output.
+constexpr std::chrono::seconds kTestBudget{110};
+std::chrono::steady_clock::time_point test_start = std::chrono::steady_clock::now();
+
+std::chrono::steady_clock::time_point hang_deadline() {
+  return std::max(test_start + kTestBudget, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+}
+
+int wait_until(const Process& process, std::chrono::steady_clock::time_point deadline) {
   int status = 0;
   while (waitpid(process.pid, &status, WNOHANG) == 0) {
     if (std::chrono::steady_clock::now() > deadline) {
@@ -121,6 +131,25 @@ int wait_at_most(const Process& process, std::chrono::seconds limit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+Result result_of(const Process& process, std::chrono::steady_clock::time_point deadline) {
+  Result result;
+  result.status = wait_until(process, deadline);
+  result.output = read_text(process.output_path);
+  if (result.status == -1) {
+    result.output += "\n[test support: " + process.output_path + "'s process had not ended " +
+                     std::to_string(kTestBudget.count()) + " s into the test; it and its process group were killed]\n";
+  }
+  return result;
+}
+
+}  // namespace
+
+void test_started() { test_start = std::chrono::steady_clock::now(); }
+
+int wait_at_most(const Process& process, std::chrono::seconds limit) {
+  return wait_until(process, std::chrono::steady_clock::now() + limit);
 }
 
 std::vector<pid_t> children_of(pid_t parent) {
@@ -155,10 +184,7 @@ size_t own_lines(const std::string& output) {
 Result run(const std::vector<std::string>& argv, const Env& env) {
   const std::string path = make_temp_dir() + "/output.log";
   const Process process = spawn(argv, env, path);
-  Result result;
-  result.status = wait_for(process);
-  result.output = read_text(path);
-  return result;
+  return result_of(process, hang_deadline());
 }
 
 std::vector<Process> spawn_ranks(int ranks, const std::vector<std::string>& argv, const std::string& dir, Env env) {
@@ -174,12 +200,10 @@ std::vector<Process> spawn_ranks(int ranks, const std::vector<std::string>& argv
 }
 
 std::vector<Result> run_ranks(int ranks, const std::vector<std::string>& argv, const std::string& dir, Env env) {
+  const auto deadline = hang_deadline();
   std::vector<Result> results;
   for (const Process& process : spawn_ranks(ranks, argv, dir, std::move(env))) {
-    Result result;
-    result.status = wait_for(process);
-    result.output = read_text(process.output_path);
-    results.push_back(result);
+    results.push_back(result_of(process, deadline));
   }
   return results;
 }

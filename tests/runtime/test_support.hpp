@@ -37,6 +37,8 @@ Process spawn(const std::vector<std::string>& argv, const Env& env, const std::s
 int wait_for(const Process& process);
 // The same, or -1 after killing the process and its process group when it has not ended within `limit` (a hang).
 int wait_at_most(const Process& process, std::chrono::seconds limit);
+// Called as each test starts (test_main.cpp): run() and run_ranks() count their 110 s from it.
+void test_started();
 // Pids of the live processes whose parent is `parent` (the ranks mpirun started).
 std::vector<pid_t> children_of(pid_t parent);
 
@@ -44,6 +46,8 @@ struct Result {
   int status = -1;
   std::string output;
 };
+// Runs argv to its end: its exit status and output. One that has not ended 110 s into the test (CTest's limit is
+// 120 s) is killed with its process group, and its Result says so (status -1 and a line in its output).
 Result run(const std::vector<std::string>& argv, const Env& env = {});
 
 // How many lines of `output` the program wrote: Gloo's own log lines ("[.../gloo/...] INFO ...", which Gloo of 2025
@@ -53,6 +57,7 @@ size_t own_lines(const std::string& output);
 // Starts `ranks` copies of argv with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and MASTER_* of a free
 // port on 127.0.0.1; output of rank r goes to <dir>/rank<r>.log.
 std::vector<Process> spawn_ranks(int ranks, const std::vector<std::string>& argv, const std::string& dir, Env env = {});
+// spawn_ranks, each run to its end as run() does.
 std::vector<Result> run_ranks(int ranks, const std::vector<std::string>& argv, const std::string& dir, Env env = {});
 
 // Waits until the file contains `text` or the process has ended; true when the text was seen.
