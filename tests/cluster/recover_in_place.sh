@@ -31,6 +31,10 @@ source "$(dirname "$0")/training_lib.sh"
 # had joined; 6144 give them three times that.
 EPOCHS=150
 TRAIN_ARGS="--width 64 --samples 6144 --timeout 5 --snapshot-every-seconds 1"
+# The fallback's restart meets at rank 0's store within --timeout: 5 s once passed before rank 0 of the restarted step
+# had started its store, under CI's load (6 ranks loading LibTorch on 2 CPUs). A killed rank is seen at once (its
+# connections close), so its longer timeout changes nothing else.
+FALLBACK_ARGS="--width 64 --samples 6144 --timeout 60 --snapshot-every-seconds 1 --min-ranks 6"
 TRAINING=(NODES=3 TASKS_PER_NODE=2 RECOVER=in-place WORKLOAD=mlp "EPOCHS=$EPOCHS" SAVE_EVERY=0 MAX_RESTARTS=6)
 SBATCH=(--nodes=3 --ntasks-per-node=2 --cpus-per-task=1)
 # The faults' run: its step on 3 of 4 nodes; the first replacement goes to the spare node, the later ones beside the
@@ -91,7 +95,7 @@ within_loss_range() {  # CLEAN FAULTED
 # 1. Uninterrupted, and more failures than --min-ranks allows (at once: 12 CPUs for 2 x 6 tasks).
 baseline=$(submit_template multi-node.sbatch "$TEST_DIR/baseline" "${TRAINING[@]}" TRAIN_ARGS="$TRAIN_ARGS" -- "${SBATCH[@]}")
 fallback=$(submit_template multi-node.sbatch "$TEST_DIR/fallback" "${TRAINING[@]}" MAX_RESTARTS=1 \
-  TRAIN_ARGS="$TRAIN_ARGS --min-ranks 6" -- "${SBATCH[@]}")
+  TRAIN_ARGS="$FALLBACK_ARGS" -- "${SBATCH[@]}")
 await "$TEST_DIR/fallback" "$fallback" '^Epoch 5 \| Loss'
 kill -KILL "$(pid_of "$fallback" 0 3)"
 expect_completed "$TEST_DIR/baseline" "$baseline" 360
