@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""kill_mid_write.py DIR SECONDS PID...: SIGKILLs whichever of the PIDs starts writing a snapshot into DIR.
+"""kill_mid_write.py [--from-epoch N] DIR SECONDS PID...: SIGKILLs whichever of the PIDs starts writing a snapshot
+into DIR (with --from-epoch, a snapshot of N or more epochs run: the earlier writes are let be).
 
 A snapshot is written to a temporary file (".snapshot-*.tmp-*") and renamed. Watching for that file after the fact
 (polling, or inotify) races a write that lasts a millisecond on a loaded machine. Instead fanotify's permission
@@ -13,6 +14,7 @@ within SECONDS. Needs root (CAP_SYS_ADMIN) and a kernel with fanotify's permissi
 import ctypes
 import ctypes.util
 import os
+import re
 import select
 import signal
 import struct
@@ -31,8 +33,10 @@ EVENT = struct.Struct("=IBBHQii")
 RESPONSE = struct.Struct("=iI")  # struct fanotify_response: fd, response
 
 
-def is_temporary_snapshot(name):
-    return name.startswith(".snapshot-") and ".tmp-" in name
+def temporary_snapshot_epochs(name):
+    """The epochs run of a temporary snapshot's name (".snapshot-e000003-s...tmp-..."); None for any other name."""
+    match = re.match(r"\.snapshot-e(\d+)-.*\.tmp-", name)
+    return int(match.group(1)) if match else None
 
 
 def describe(pid):
@@ -53,7 +57,10 @@ def watch(directory):
 
 
 def main():
-    directory, seconds, pids = sys.argv[1], float(sys.argv[2]), {int(pid) for pid in sys.argv[3:]}
+    args, from_epoch = sys.argv[1:], 0
+    if args[:1] == ["--from-epoch"]:
+        from_epoch, args = int(args[1]), args[2:]
+    directory, seconds, pids = args[0], float(args[1]), {int(pid) for pid in args[2:]}
     deadline = time.monotonic() + seconds
     fd = watch(directory)
     caught = None
@@ -67,7 +74,8 @@ def main():
             if event_fd < 0:
                 continue  # the queue overflowed: nothing to answer
             path = os.readlink(f"/proc/self/fd/{event_fd}")
-            if caught is None and pid in pids and is_temporary_snapshot(os.path.basename(path)):
+            epochs = temporary_snapshot_epochs(os.path.basename(path))
+            if caught is None and pid in pids and epochs is not None and epochs >= from_epoch:
                 who = describe(pid)
                 os.kill(pid, signal.SIGKILL)  # delivered before its open returns
                 caught = f"{os.path.basename(path)} {pid} {who}"
@@ -75,8 +83,8 @@ def main():
             os.close(event_fd)
     os.close(fd)  # opens still held are allowed
     if caught is None:
-        sys.exit(f"kill_mid_write: no process of {sorted(pids)} began a snapshot write into {directory} "
-                 f"within {seconds:g} s")
+        sys.exit(f"kill_mid_write: no process of {sorted(pids)} began a snapshot write of {from_epoch} or more "
+                 f"epochs into {directory} within {seconds:g} s")
     print(caught)
 
 

@@ -56,15 +56,6 @@ pid_of() {
   fail "no ddp-train of job $1, step $2, rank $3"
 }
 
-# Every ddp-train of JOB, of every step.
-job_pids() {
-  local pid
-  for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train); do
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" && echo "$pid"
-  done
-  return 0
-}
-
 # The replacements of JOB (steps after the first) that are running, newest last.
 replacement_pids() {
   local pid

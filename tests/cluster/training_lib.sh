@@ -36,6 +36,15 @@ submit_template() {
 # job_output DIR JOBID: the job's output file (the templates write %x-%j.out into their working directory).
 job_output() { cat "$1"/*-"$2".out 2>/dev/null; }
 
+# job_pids JOBID: every ddp-train of the job, of every step (every node's processes are this machine's).
+job_pids() {
+  local pid
+  for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" && echo "$pid"
+  done
+  return 0
+}
+
 # expect_completed DIR JOBID [SECONDS]: the job ends COMPLETED, else the test fails with its output.
 expect_completed() {
   local state
