@@ -104,7 +104,7 @@ run_ranks() {
 
 # tally LOG: one line per epoch from rank 0's JSON lines: "SLOW_NAMED OTHERS_NAMED HIGHEST_OTHER_SCORE SLOW_SCORE",
 # then the same four for the arrival at the all-reduce, then for the arrival by the epoch's mean wait (the median of
-# the others' wait_ms less a rank's own, as a share of the median step: what ddp-train compared before it compared
+# all ranks' wait_ms less a rank's own, as a share of the median step: what ddp-train compared before it compared
 # groups of steps), side by side from the same epochs.
 tally() {
   python3 - "$1" "$SLOW" "$THRESHOLD" <<'PY'
@@ -116,8 +116,7 @@ for line in open(sys.argv[1]):
         continue
     epoch = json.loads(line[start:])
     wait = {r["rank"]: r["wait_ms"] for r in epoch["ranks"]}
-    by_mean = {rank: (statistics.median(w for other, w in wait.items() if other != rank) - own)
-               / epoch["median_step_ms"] for rank, own in wait.items()}
+    by_mean = {rank: (statistics.median(wait.values()) - own) / epoch["median_step_ms"] for rank, own in wait.items()}
     measures = [(set(epoch["stragglers"]), {r["rank"]: r["score"] for r in epoch["ranks"]}),
                 (set(epoch["late"]), {r["rank"]: r["arrival_score"] for r in epoch["ranks"]}),
                 ({rank for rank, s in by_mean.items() if s > threshold / 100}, by_mean)]

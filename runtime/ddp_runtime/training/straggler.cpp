@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -131,14 +132,13 @@ std::vector<int> slower_than_median(const std::vector<double>& compute, double t
 }
 
 std::vector<double> arrival_lateness(const std::vector<double>& wait) {
+  std::vector<double> measured;
+  std::copy_if(wait.begin(), wait.end(), std::back_inserter(measured), [](double w) { return w >= 0; });
   std::vector<double> lateness(wait.size(), 0.0);
+  if (measured.size() < 2) return lateness;
+  const double median = median_of(measured);
   for (std::size_t rank = 0; rank < wait.size(); ++rank) {
-    if (wait[rank] < 0) continue;
-    std::vector<double> others;
-    for (std::size_t other = 0; other < wait.size(); ++other) {
-      if (other != rank && wait[other] >= 0) others.push_back(wait[other]);
-    }
-    if (!others.empty()) lateness[rank] = median_of(others) - wait[rank];
+    if (wait[rank] >= 0) lateness[rank] = median - wait[rank];
   }
   return lateness;
 }
@@ -280,8 +280,8 @@ void StragglerMonitor::end_epoch(int64_t epoch) {
   }
   for (const int rank : late) {
     print_(prefix + "Late arrival: " + describe_rank(ranks_, rank) + " reaches the all-reduce " +
-           fixed(lateness[rank], 1) + " ms after the others (" + fixed(lateness[rank] / step * 100, 0) + "% of a " +
-           fixed(step, 1) + " ms step; threshold " + threshold + ")");
+           fixed(lateness[rank], 1) + " ms after the median rank (" + fixed(lateness[rank] / step * 100, 0) +
+           "% of a " + fixed(step, 1) + " ms step; threshold " + threshold + ")");
   }
   if (!settings_.json) return;
   std::string ranks;

@@ -21,15 +21,17 @@
 // before it, and a rank that waits less than the others arrived later. Time the rank itself did not run while it
 // waited (stopped, throttled by a CPU quota, or waiting for a core: a thread of its own sees the gaps) is time its
 // peers waited for its data: it is taken off its wait, as if it had arrived that much later. Once per epoch, in the
-// same all-reduce as the compute, rank 0 names every rank whose mean wait is shorter than the median of the others'
-// by more than the threshold, as a share of the median step. The waits are compared step by step in groups: each
-// rank keeps its mean wait over every fifth step (five interleaved groups of the same steps on every rank), a rank's
-// lateness is the median of its lateness in the five, so one step that held a rank up (a page fault, a core taken
-// for a moment) moves one group, while a rank slowed all along (stopped or throttled at a period of its own) is late
-// in each:
-//   Epoch 3 | Late arrival: rank 1 on node2 (cpu) reaches the all-reduce 8.3 ms after the others (49% of a 17.0 ms
-//   step; threshold 20%)
-// and --json adds each rank's "wait_ms", "arrival_ms" (how much later than the others it arrived) and
+// same all-reduce as the compute, rank 0 names every rank whose mean wait is shorter than the median wait of all
+// ranks by more than the threshold, as a share of the median step. The reference is the median of all ranks, as for
+// the compute: with two ranks it is their mean, so each is measured by half their difference; against the other
+// rank alone, two ranks that kept pace but computed 15% apart (this much noise is common) would be named. The waits are
+// compared step by step in groups: each rank keeps its mean wait over every fifth step (five interleaved groups of the
+// same steps on every rank), a rank's lateness is the median of its lateness in the five, so one step that held a rank
+// up (a page fault, a core taken for a moment) moves one group, while a rank slowed all along (stopped or throttled at
+// a period of its own) is late in each:
+//   Epoch 3 | Late arrival: rank 1 on node2 (cpu) reaches the all-reduce 8.3 ms after the median rank (49% of a
+//   17.0 ms step; threshold 20%)
+// and --json adds each rank's "wait_ms", "arrival_ms" (how much later than the median rank it arrived) and
 // "arrival_score" (that share of the median step), and the list "late".
 #include <chrono>
 #include <functional>
@@ -55,9 +57,9 @@ struct StragglerSettings {
 // is the mean of the two middle values. Ranks with no measurement (0) are neither measured against nor named.
 std::vector<int> slower_than_median(const std::vector<double>& compute, double threshold_pct, double* median);
 
-// How much later each rank arrived at the collectives than the others: the median of the other ranks' `wait` less
-// its own (negative: earlier). Ranks whose wait is negative were not measured: their lateness is 0, and they are
-// left out of the others' medians.
+// How much later each rank arrived at the collectives than the median rank: the median of all measured ranks'
+// `wait` less its own (negative: earlier). Ranks whose wait is negative were not measured: their lateness is 0, and
+// they are left out of the median; with fewer than two measured, every lateness is 0.
 std::vector<double> arrival_lateness(const std::vector<double>& wait);
 
 // The same over groups of steps: `wait_by_group[g][rank]` is a rank's mean wait over group g's steps (negative: not
