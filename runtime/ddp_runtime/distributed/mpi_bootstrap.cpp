@@ -13,8 +13,12 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "core/mpi_master.hpp"
+#include "core/peer_watch.hpp"
 #endif
 
 namespace ddp::runtime {
@@ -28,10 +32,14 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(200);
 
 // One thread makes the MPI calls, in the order they were posted; a second one, the watchdog, wakes a few times a
-// second and aborts the job when a call has run past its timeout.
+// second and aborts the job when a call has run past its timeout, or when a peer it watches (a rank on this node:
+// peer_watch.hpp) has ended while a call waits. Ranks on one node talk through shared memory, where nothing tells
+// the survivors that a peer died: without the watch they waited until the timeout, unless srun or mpirun ended them
+// first.
 class MpiThread {
  public:
-  MpiThread() : worker_([this] { serve(); }), watchdog_([this] { watch(); }) {}
+  explicit MpiThread(PeerWatch peers)
+      : peers_(std::move(peers)), worker_([this] { serve(); }), watchdog_([this] { watch(); }) {}
 
   void post(std::function<void()> call, MpiCallInfo info, int rank, std::chrono::milliseconds timeout) {
     {
@@ -83,8 +91,20 @@ class MpiThread {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
       stopped_.wait_for(lock, kWatchdogPeriod);
-      if (running_ && Clock::now() - started_ > current_.timeout) abort_after_timeout();
+      if (!running_) continue;
+      if (Clock::now() - started_ > current_.timeout) abort_after_timeout();
+      const int ended = peers_.ended();
+      if (ended >= 0) abort_after_peer_ended(ended);
     }
+  }
+
+  void abort_after_peer_ended(int peer) const {
+    std::fprintf(
+        stderr,
+        "rank %d: rank %d on this node ended while this rank waited in MPI %s of %lld bytes; aborting the job\n",
+        current_.rank, peer, current_.info.operation, static_cast<long long>(current_.info.bytes));
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);  // as after a timeout
   }
 
   void abort_after_timeout() const {
@@ -99,6 +119,7 @@ class MpiThread {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
 
+  const PeerWatch peers_;
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable stopped_;
@@ -114,9 +135,19 @@ class MpiThread {
 // Never destroyed: a failing rank exits (or aborts) with it still running.
 std::atomic<MpiThread*> started_thread{nullptr};
 
+// Every rank's identity, gathered by every rank before its MPI thread exists (so this thread alone calls MPI), and
+// the peers among them this rank can watch.
+PeerWatch watch_peers(MpiWorld world) {
+  static_assert(std::is_trivially_copyable<ProcessIdentity>::value, "exchanged as bytes");
+  const ProcessIdentity mine = identity_of_this_process();
+  std::vector<ProcessIdentity> all(static_cast<std::size_t>(world.size));
+  MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
+  return PeerWatch(all, world.rank);
+}
+
 MpiThread& mpi_thread() {
   static MpiThread* const thread = [] {
-    auto* created = new MpiThread;
+    auto* created = new MpiThread(watch_peers(init_mpi()));
     started_thread = created;
     return created;
   }();

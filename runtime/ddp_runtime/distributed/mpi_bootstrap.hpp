@@ -31,12 +31,13 @@ struct MpiCallInfo {
   std::int64_t bytes = 0;
 };
 
-// Starts the MPI thread (once): from then on only it calls MPI, and abort_mpi_job aborts the job.
+// Starts the MPI thread (once): from then on only it calls MPI, and abort_mpi_job aborts the job. Every rank calls
+// it: the ranks first exchange who they are (one MPI_Allgather) to watch their peers on the same node.
 void start_mpi_thread();
 
 // Runs `call` on the MPI thread after every call posted before it. When one call has not returned after `timeout` (a
-// peer died, stopped, or never made its matching call), the watchdog prints which call on which rank and aborts the job
-// with MPI_Abort.
+// peer died, stopped, or never made its matching call), or a peer on this node has ended while it waits (seen at
+// once: core/peer_watch.hpp), the watchdog prints which call on which rank and aborts the job with MPI_Abort.
 void post_mpi_call(std::function<void()> call, MpiCallInfo info, int rank, std::chrono::milliseconds timeout);
 
 // Lets the MPI thread run what was posted, joins it, and calls MPI_Finalize; a successful run calls it once at the
