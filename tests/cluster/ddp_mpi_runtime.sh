@@ -59,7 +59,7 @@ killed_at=$(date +%s.%N)
 kill -KILL "$rank"
 status=0
 wait "$step" || status=$?
-ended_in=$(echo "$(date +%s.%N) - $killed_at" | bc)
+ended_in=$(printf %.2f "$(echo "$(date +%s.%N) - $killed_at" | bc)")
 [ "$status" -ne 0 ] || fail "the step succeeded although a rank was killed: $(cat "$log")"
 [ "$status" -ne 124 ] || fail "the step had not ended 300 s after a rank was killed: $(cat "$log")"
 [ "$(echo "$ended_in < 30" | bc)" -eq 1 ] || fail "the step took $ended_in s to end after a rank was killed"
