@@ -13,7 +13,10 @@
 # by the host's clock, a real straggler of that machine, named as such. The quota needs root and a cgroup file
 # system with the cpu controller (v2 or v1); without them that kind is left out. With them, every rank of every run
 # gets a cgroup of its own, so that the ranks compete alike with whatever else runs on the machine.
-#   [RANKS=N] bench/straggler_bench.sh [BUILD_DIR] [RUNS (5)] [THRESHOLD % (20)] [EPOCHS (3)]
+# SAMPLES (4096) sets the epoch's length: 2 ranks take 64 steps each of 4096 samples, and ddp-train scores the arrival
+# in five groups of every fifth step, so in a short epoch a slowdown that lands once in six steps (a 100 ms quota) is
+# spread over few steps per group.
+#   [RANKS=N] [SAMPLES=N] bench/straggler_bench.sh [BUILD_DIR] [RUNS (5)] [THRESHOLD % (20)] [EPOCHS (3)]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(realpath "${1:-$ROOT/build}")
@@ -24,6 +27,7 @@ STOP_MS=${STOP_MS:-60}
 RUN_MS=${RUN_MS:-5}
 QUOTA_PCT=${QUOTA_PCT:-25}
 QUOTA_PERIOD_MS=${QUOTA_PERIOD_MS:-10}
+SAMPLES=${SAMPLES:-4096}
 CORES=$(nproc)
 RANKS=${RANKS:-$CORES}
 SLOW=$((RANKS - 1))
@@ -78,7 +82,7 @@ run_ranks() {
   for ((rank = 0; rank < RANKS; rank++)); do
     taskset -c $((rank % CORES)) env MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE="$RANKS" \
       LOCAL_WORLD_SIZE="$RANKS" RANK=$rank LOCAL_RANK=$rank "$TRAIN" --snapshot-dir "$dir" --output "$dir/final.pt" \
-      --workload mlp --width 512 --samples 4096 --json --straggler-threshold "$THRESHOLD" "$EPOCHS" 0 \
+      --workload mlp --width 512 --samples "$SAMPLES" --json --straggler-threshold "$THRESHOLD" "$EPOCHS" 0 \
       >"$dir/rank$rank.log" 2>&1 &
     pids+=($!)
   done
@@ -173,7 +177,7 @@ report() {  # slowdown, its description
       "(lowest score ${lowest[$1/$m]});" "another rank named in ${falsely[$1/$m]} of ${epochs[$1/$m]} epochs"
   done
 }
-echo "straggler_bench: $RANKS ranks of ddp-train (mlp, width 512) on $CORES cores, each bound to one," \
+echo "straggler_bench: $RANKS ranks of ddp-train (mlp, width 512, $SAMPLES samples an epoch) on $CORES cores, each bound to one," \
   "threshold $THRESHOLD%, $RUNS runs x $EPOCHS epochs of each kind"
 if [ -n "$QUOTA_GROUP" ]; then
   report quota "under a CPU quota of $QUOTA_PCT% ($QUOTA_PERIOD_MS ms periods, a cgroup)"
