@@ -228,25 +228,28 @@ pids_named() {
   for n in "$@"; do own_pgrep -x "$n" || true; done
 }
 
-# Host-side clients (srun waiting for a dead step, sbatch --wait) of this cluster, found by their SLURM_CONF.
+# Host-side clients (srun waiting for a dead step, sbatch --wait) of this cluster, found by their SLURM_CONF. Each
+# environment is read whole before it is searched: in `tr | grep -q` under pipefail, grep's early exit can fail tr.
 host_clients() {
-  local pid
+  local pid environ
   for pid in $(pids_named srun sbatch salloc sattach); do
-    tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qFx "SLURM_CONF=$CONF" && echo "$pid"
+    environ=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ") || continue
+    grep -qFx "SLURM_CONF=$CONF" <<<"$environ" && echo "$pid"
   done
   true
 }
 
 # Daemons on the host: by pid file, and by a command line naming our state directory (a pid file may be gone).
 host_daemons() {
-  local f pid
+  local f pid cmdline
   for f in slurmctld:"$DIR/run/slurmctld.pid" munged:"$DIR/run/munged.pid"; do
     # A stale pid file may name a recycled pid: only take it if the process has the daemon's name.
     pid=$(cat "${f#*:}" 2>/dev/null) || continue
     [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "${f%%:*}" ] && echo "$pid"
   done
   for pid in $(pids_named slurmctld munged slurmd); do
-    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF "$DIR/" && echo "$pid"
+    cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
+    grep -qF "$DIR/" <<<"$cmdline" && echo "$pid"
   done
   true
 }

@@ -58,10 +58,11 @@ pid_of() {
 
 # The replacements of JOB (steps after the first) that are running, newest last.
 replacement_pids() {
-  local pid
+  local pid environ
   for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train | sort -n); do
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" || continue
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_STEP_ID=0" || echo "$pid"
+    environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
+    grep -qx "SLURM_JOB_ID=$1" <<<"$environ" || continue
+    grep -qx "SLURM_STEP_ID=0" <<<"$environ" || echo "$pid"
   done
 }
 

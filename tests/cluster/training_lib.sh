@@ -36,11 +36,13 @@ submit_template() {
 # job_output DIR JOBID: the job's output file (the templates write %x-%j.out into their working directory).
 job_output() { cat "$1"/*-"$2".out 2>/dev/null; }
 
-# job_pids JOBID: every ddp-train of the job, of every step (every node's processes are this machine's).
+# job_pids JOBID: every ddp-train of the job, of every step (every node's processes are this machine's). Each
+# environment is read whole before it is searched: in `tr | grep -q` under pipefail, grep's early exit can fail tr.
 job_pids() {
-  local pid
+  local pid environ
   for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train); do
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" && echo "$pid"
+    environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
+    grep -qx "SLURM_JOB_ID=$1" <<<"$environ" && echo "$pid"
   done
   return 0
 }
