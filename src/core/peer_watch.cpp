@@ -54,7 +54,7 @@ ProcessIdentity identity_of_this_process() {
   if (std::getline(boot, boot_id)) {
     std::copy_n(boot_id.begin(), std::min(boot_id.size(), identity.boot_id.size() - 1), identity.boot_id.begin());
   }
-  struct stat ns {};
+  struct stat ns = {};
   if (stat("/proc/self/ns/pid", &ns) == 0) {
     identity.pid_ns_dev = ns.st_dev;
     identity.pid_ns_ino = ns.st_ino;
