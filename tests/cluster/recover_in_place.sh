@@ -42,29 +42,16 @@ SBATCH=(--nodes=3 --ntasks-per-node=2 --cpus-per-task=1)
 # Slurm lets steps share CPUs (--overlap), not GPUs, so on GPUs only a spare node takes a replacement.
 SPARE=(--nodes=4 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0)
 
-# pid_of JOB STEP RANK: that task's ddp-train (every node's processes are this machine's).
+# pid_of JOB STEP RANK: that task's ddp-train.
 pid_of() {
-  local pid environ
-  for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train); do
-    environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
-    if grep -qx "SLURM_JOB_ID=$1" <<<"$environ" && grep -qx "SLURM_STEP_ID=$2" <<<"$environ" &&
-      grep -qx "RANK=$3" <<<"$environ"; then
-      echo "$pid"
-      return 0
-    fi
-  done
-  fail "no ddp-train of job $1, step $2, rank $3"
+  local pids
+  pids=$(ddp_train_pids "SLURM_JOB_ID=$1" "SLURM_STEP_ID=$2" "RANK=$3")
+  [ -n "$pids" ] || fail "no ddp-train of job $1, step $2, rank $3"
+  echo "${pids%%$'\n'*}"
 }
 
 # The replacements of JOB (steps after the first) that are running, newest last.
-replacement_pids() {
-  local pid environ
-  for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train | sort -n); do
-    environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
-    grep -qx "SLURM_JOB_ID=$1" <<<"$environ" || continue
-    grep -qx "SLURM_STEP_ID=0" <<<"$environ" || echo "$pid"
-  done
-}
+replacement_pids() { ddp_train_pids "SLURM_JOB_ID=$1" "!SLURM_STEP_ID=0"; }
 
 # await DIR JOB PATTERN [COUNT] [SECONDS]: until the job's output holds COUNT (1) lines matching PATTERN (ERE).
 await() {

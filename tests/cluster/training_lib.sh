@@ -36,16 +36,26 @@ submit_template() {
 # job_output DIR JOBID: the job's output file (the templates write %x-%j.out into their working directory).
 job_output() { cat "$1"/*-"$2".out 2>/dev/null; }
 
-# job_pids JOBID: every ddp-train of the job, of every step (every node's processes are this machine's). Each
-# environment is read whole before it is searched: in `tr | grep -q` under pipefail, grep's early exit can fail tr.
-job_pids() {
-  local pid environ
-  for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train); do
+# ddp_train_pids [!]NAME=VALUE...: the job user's ddp-train processes, oldest first (every node's processes are this
+# machine's), whose environment holds each NAME=VALUE given and no !NAME=VALUE. Each environment is read whole before
+# it is searched: in `tr | grep -q` under pipefail, grep's early exit can fail tr, and a process is missed.
+ddp_train_pids() {
+  local pid environ entry
+  for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train | sort -n); do
     environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
-    grep -qx "SLURM_JOB_ID=$1" <<<"$environ" && echo "$pid"
+    for entry; do
+      case $entry in
+        !*) grep -qFx -- "${entry#!}" <<<"$environ" && continue 2 ;;
+        *) grep -qFx -- "$entry" <<<"$environ" || continue 2 ;;
+      esac
+    done
+    echo "$pid"
   done
   return 0
 }
+
+# job_pids JOBID: every ddp-train of the job, of every step.
+job_pids() { ddp_train_pids "SLURM_JOB_ID=$1"; }
 
 # expect_completed DIR JOBID [SECONDS]: the job ends COMPLETED, else the test fails with its output.
 expect_completed() {
