@@ -97,6 +97,10 @@ enter_inner() {
   mount --make-rslave "$dir/sys"
   mount --rbind /dev "$dir/dev"
   mount --make-rslave "$dir/dev"
+  # Each entry has its own /dev/shm: OpenMPI names its shared-memory segments by host, user and job (in every
+  # stack's test cluster: node1, the job user, the same Slurm job ids), and a killed program's segments go with the
+  # entry rather than staying on the host.
+  mount -t tmpfs -o mode=1777,nosuid,nodev ddp-root-shm "$dir/dev/shm"
   mount -t tmpfs -o mode=0755 ddp-root-run "$dir/run"
   mount -t tmpfs -o mode=1777 ddp-root-tmp "$dir/tmp"
   # Each entry has its own /etc/hosts (the test cluster adds its node names there): entries running at once
