@@ -55,16 +55,11 @@ until grep -q '^Epoch 1 | Loss' "$log"; do
   [ "$SECONDS" -lt "$end" ] || fail "the one-node MPI run did not reach epoch 1 within 100 s: $(cat "$log")"
   sleep 0.2
 done
-# Rank 1 of this run: not a ddp-train of a cluster another suite runs in a root. (The environment is read whole
-# before it is searched: `tr | grep -q` fails under pipefail when grep stops reading first.)
-rank=""
-for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train); do
-  environ=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
-  grep -qx "SLURM_JOB_NAME=$name" <<<"$environ" && grep -qx "RANK=1" <<<"$environ" && rank=$pid
-done
+# Rank 1 of this run: not a ddp-train of a cluster another suite runs in a root.
+rank=$(ddp_train_pids "SLURM_JOB_NAME=$name" RANK=1)
 [ -n "$rank" ] || fail "no rank 1 of the one-node MPI run to kill"
 killed_at=$(date +%s.%N)
-kill -KILL "$rank"
+kill -KILL "${rank%%$'\n'*}"
 status=0
 wait "$step" || status=$?
 ended_in=$(printf %.2f "$(echo "$(date +%s.%N) - $killed_at" | bc)")
