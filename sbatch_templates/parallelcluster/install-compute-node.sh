@@ -1,23 +1,55 @@
 #!/usr/bin/env bash
 # ParallelCluster OnNodeConfigured action for compute nodes. /opt/slurm is shared from the head node, where
-# install-head-node.sh put ddp.so and the plugstack snippet; this checks that every compute node sees them and
-# has what the plugin and ddp-train load at run time, so a broken node fails its bootstrap instead of a job.
-#   install-compute-node.sh [--slurm-prefix /opt/slurm] [--plugin-dir DIR]
+# pcluster-head-node.sh put ddp.so and the plugstack snippet, and /opt/slurm-ddp holds the programs when the cluster
+# shares it (SharedStorage). This checks that the node sees them and has every library they load, so that a broken
+# node fails its bootstrap instead of a job; it changes nothing.
+#   install-compute-node.sh [--slurm-prefix /opt/slurm] [--plugin-dir DIR] [--programs DIR]
+# --programs: where ddp-train and the tools are (default /opt/slurm-ddp/bin; checked when it exists).
 set -euo pipefail
-prefix=/opt/slurm plugin_dir=""
-die() { echo "install-compute-node: $*" >&2; exit 1; }
+PROGRAM=install-compute-node
+# shellcheck source=install_lib.sh
+source "$(dirname "$0")/install_lib.sh"
+prefix=/opt/slurm plugin_dir="" programs=/opt/slurm-ddp/bin
 while [ $# -gt 0 ]; do
   case "$1" in
     --slurm-prefix) prefix=${2:?}; shift 2 ;;
     --plugin-dir) plugin_dir=${2:?}; shift 2 ;;
+    --programs) programs=${2:?}; shift 2 ;;
     *) die "unknown argument '$1'" ;;
   esac
 done
 [ -n "$plugin_dir" ] || plugin_dir=$(dirname "$(find "$prefix/lib" "$prefix/lib64" -maxdepth 3 -name auth_munge.so 2>/dev/null | head -n 1)")
 [ -f "$plugin_dir/ddp.so" ] || die "no ddp.so in $plugin_dir: run install-head-node.sh on the head node first"
-missing=$(ldd "$plugin_dir/ddp.so" | awk '/not found/ {print $1}')
-[ -z "$missing" ] || die "ddp.so cannot load on $(hostname): missing $missing"
-if command -v fi_info >/dev/null 2>&1 && ! fi_info -p efa >/dev/null 2>&1; then
-  echo "install-compute-node: warning: no EFA provider on $(hostname) (fi_info -p efa); NCCL will fall back to sockets" >&2
+
+# What a library's name says to install: hwloc's from the system, LibTorch's from the Python it was built against.
+fix_for() {  # SONAME FILE
+  case $1 in
+    libhwloc.so*) install_command hwloc-runtime ;;
+    libtorch* | libc10* | libgloo* | libshm* | libcu* | libnccl* | libnv*)
+      echo "install the PyTorch $2 was built against at the same path on this node, or put it on shared storage" ;;
+    *) echo "install the package that has $1 on this node" ;;
+  esac
+}
+
+check_loads() {  # FILE
+  local missing lib
+  missing=$(ldd "$1" 2>&1 | awk '/not found/ {print $1}')
+  [ -z "$missing" ] && return 0
+  for lib in $missing; do
+    echo "$PROGRAM: $1 cannot load on $(hostname): $lib not found: $(fix_for "$lib" "$1")" >&2
+  done
+  return 1
+}
+
+status=0
+check_loads "$plugin_dir/ddp.so" || status=1
+if [ -d "$programs" ]; then
+  for program in "$programs"/ddp-train "$programs"/ddp-why "$programs"/ddp-topo; do
+    [ ! -e "$program" ] || check_loads "$program" || status=1
+  done
 fi
-echo "install-compute-node: $(hostname) sees $plugin_dir/ddp.so"
+[ "$status" = 0 ] || die "this node cannot run slurm-ddp; install what is named above and run this again"
+if command -v fi_info >/dev/null 2>&1 && ! fi_info -p efa >/dev/null 2>&1; then
+  echo "$PROGRAM: warning: no EFA provider on $(hostname) (fi_info -p efa); NCCL will fall back to sockets" >&2
+fi
+echo "$PROGRAM: $(hostname) sees $plugin_dir/ddp.so$([ ! -x "$programs/ddp-train" ] || echo " and $programs/ddp-train")"

@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
-# Installs the slurm-ddp SPANK plugin (ddp.so) on a Slurm head node, e.g. an AWS ParallelCluster head node,
-# where Slurm lives under /opt/slurm and /opt/slurm is shared with every compute node.
+# Installs the slurm-ddp SPANK plugin (ddp.so) into a Slurm: an AWS ParallelCluster head node (Slurm in /opt/slurm,
+# shared with every compute node), an AWS PCS node (/opt/aws/pcs/scheduler/slurm-<ver>), or any Slurm.
 #
 #   sudo ./install-head-node.sh [options] [KEY=VALUE ...]
 #
 # KEY=VALUE pairs become the plugin's admin defaults on its plugstack line, e.g. port_range=20000-29999.
+# It builds with make and a C++17 compiler alone (spank_plugin/Makefile): nothing is downloaded or installed but
+# the plugin. What is missing is named first, one line each with the command that installs it.
 # Options:
-#   --slurm-prefix DIR   Slurm's install prefix (default: /opt/slurm if it exists, else /usr)
-#   --slurm-conf FILE    slurm.conf (default: $SLURM_CONF, else PREFIX/etc/slurm.conf, else /etc/slurm/slurm.conf)
-#   --plugin-dir DIR     where ddp.so goes (default: PluginDir of slurm.conf, else the directory of auth_munge.so)
-#   --plugstack FILE     the plugstack.conf to use (default: PlugStackConfig of slurm.conf, else beside slurm.conf)
+#   --slurm-prefix DIR   Slurm's install prefix (default: that of the srun on PATH, else /opt/slurm, else the newest
+#                        /opt/aws/pcs/scheduler/slurm-*, else /usr)
+#   --slurm-conf FILE    slurm.conf (default: the running Slurm's (scontrol show config), else $SLURM_CONF, else
+#                        PREFIX/etc/slurm.conf, PCS's /etc/aws/pcs/scheduler/slurm-<ver>/slurm.conf, /etc/slurm/slurm.conf)
+#   --plugin-dir DIR     where ddp.so goes (default: the running Slurm's PluginDir, else slurm.conf's, else the
+#                        directory of auth_munge.so)
+#   --plugstack FILE     the plugstack.conf to use (default: the running Slurm's PlugStackConfig, else slurm.conf's,
+#                        else beside slurm.conf)
 #   --build-dir DIR      build directory (default: a fresh temporary directory)
+#   --tools-dir DIR      also install ddp-why, ddp-topo and ddp-restart there (e.g. /opt/slurm-ddp/bin)
+#   --require-include    refuse a plugstack.conf that includes no directory, rather than adding ddp.so's line to it
+#                        (ParallelCluster and PCS regenerate plugstack.conf; a snippet in its directory survives)
+#   --check              check what the install needs and say what is missing; build and write nothing
 #   --optional           plugstack line "optional" instead of "required". required: a node where ddp.so is missing
 #                        or fails to load runs no job step at all (a broken node shows at once); use it when the
 #                        plugin is part of every node's image. optional: such a node still runs steps without
 #                        --ddp, and srun refuses --ddp where ddp.so is missing; use it while rolling out or
 #                        upgrading, or when ddp.so sits on shared storage that a node may reach late.
 # Running it twice changes nothing: files are only written when their content differs. It refuses to install
-# a plugin built against headers of another Slurm version than the srun it finds.
+# a plugin built against headers of another Slurm series than the srun it finds.
 # Order: ddp.so must come after pyxis in the plugin stack. pyxis's task_init imports its container's environment
 # into every task over what is there (and enroot's pytorch hook puts MASTER_ADDR, MASTER_PORT and WORLD_SIZE
 # into that environment); ddp.so after it sets the contract last, inside the container's view. Slurm reads an
@@ -27,10 +37,11 @@
 set -euo pipefail
 
 SOURCE=$(cd "$(dirname "$0")/../.." && pwd)
-prefix="" slurm_conf="${SLURM_CONF:-}" plugin_dir="" plugstack="" build_dir="" mode=required args=()
-
-die() { echo "install-head-node: $*" >&2; exit 1; }
-say() { echo "install-head-node: $*"; }
+PROGRAM=install-head-node
+# shellcheck source=install_lib.sh
+source "$(dirname "$0")/install_lib.sh"
+prefix="" slurm_conf="" plugin_dir="" plugstack="" build_dir="" tools_dir="" mode=required args=()
+require_include=false check_only=false
 
 parse_args() {
   while [ $# -gt 0 ]; do
@@ -40,8 +51,11 @@ parse_args() {
       --plugin-dir) plugin_dir=${2:?--plugin-dir needs a directory}; shift 2 ;;
       --plugstack) plugstack=${2:?--plugstack needs a file}; shift 2 ;;
       --build-dir) build_dir=${2:?--build-dir needs a directory}; shift 2 ;;
+      --tools-dir) tools_dir=${2:?--tools-dir needs a directory}; shift 2 ;;
+      --require-include) require_include=true; shift ;;
+      --check) check_only=true; shift ;;
       --optional) mode=optional; shift ;;
-      -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+      -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
       *=*) args+=("$1"); shift ;;
       *) die "unknown argument '$1'; see --help" ;;
     esac
@@ -54,15 +68,40 @@ conf_value() {
   sed -n -E "s/^[[:space:]]*$1[[:space:]]*=[[:space:]]*([^[:space:]#]+).*/\\1/Ip" "$slurm_conf" | tail -n 1
 }
 
-locate_slurm() {
-  if [ -z "$prefix" ]; then
-    if [ -d /opt/slurm ]; then prefix=/opt/slurm; else prefix=/usr; fi
+# Value of KEY in the running Slurm's configuration (scontrol show config), empty when slurmctld does not answer.
+running_value() {
+  [ -n "$running_config" ] || return 0
+  sed -n -E "s/^$1[[:space:]]+=[[:space:]]+([^[:space:]]+).*/\\1/p" <<<"$running_config" | head -n 1
+}
+
+# The prefix of the Slurm this node runs: given, else that of srun on PATH, else ParallelCluster's, else the newest
+# PCS one, else the distribution's.
+find_prefix() {
+  [ -z "$prefix" ] || return 0
+  local srun pcs
+  srun=$(command -v srun 2>/dev/null || true)
+  if [ -n "$srun" ]; then
+    srun=$(readlink -f "$srun")
+    prefix=$(dirname "$(dirname "$srun")")
+  elif [ -d /opt/slurm ]; then
+    prefix=/opt/slurm
+  else
+    pcs=$(find /opt/aws/pcs/scheduler -maxdepth 1 -name 'slurm-*' -type d 2>/dev/null | sort -V | tail -n 1)
+    prefix=${pcs:-/usr}
   fi
-  [ -r "$prefix/include/slurm/spank.h" ] || die "no $prefix/include/slurm/spank.h: give the Slurm prefix with --slurm-prefix (Debian: install libslurm-dev)"
+}
+
+locate_slurm() {
+  find_prefix
+  [ -r "$prefix/include/slurm/spank.h" ] ||
+    die "no $prefix/include/slurm/spank.h: this Slurm has no headers; give the prefix of a Slurm installed with them with --slurm-prefix (ParallelCluster: /opt/slurm; Debian and Ubuntu: apt-get install libslurm-dev)"
   [ -x "$prefix/bin/srun" ] || die "no $prefix/bin/srun: give the Slurm prefix with --slurm-prefix"
+  running_config=$(SLURM_CONF=${slurm_conf:-${SLURM_CONF:-}} timeout 20 "$prefix/bin/scontrol" show config 2>/dev/null || true)
   if [ -z "$slurm_conf" ]; then
-    for candidate in "$prefix/etc/slurm.conf" /etc/slurm/slurm.conf; do
-      [ -r "$candidate" ] && { slurm_conf=$candidate; break; }
+    local candidate pcs_conf=""
+    case $prefix in /opt/aws/pcs/scheduler/slurm-*) pcs_conf=/etc/aws/pcs/scheduler/$(basename "$prefix")/slurm.conf ;; esac
+    for candidate in "$(running_value SLURM_CONF)" "${SLURM_CONF:-}" "$prefix/etc/slurm.conf" $pcs_conf /etc/slurm/slurm.conf; do
+      [ -n "$candidate" ] && [ -r "$candidate" ] && { slurm_conf=$candidate; break; }
     done
   fi
   [ -r "$slurm_conf" ] || die "no slurm.conf found: give it with --slurm-conf"
@@ -76,29 +115,19 @@ header_version() {
   printf '%d.%02d.%d' $((16#$number >> 16 & 255)) $((16#$number >> 8 & 255)) $((16#$number & 255))
 }
 
+# Slurm loads a SPANK plugin only when its plugin_version is of the running series (major.minor): a plugin built
+# against another series' headers would break every srun.
 check_versions() {
   local built running
   built=$(header_version)
   running=$("$prefix/bin/srun" --version | awk '{print $2}')
-  # Slurm loads a plugin only when its plugin_version matches; a silent mismatch would break every srun.
-  [ "$built" = "$running" ] || die "Slurm headers in $prefix/include are $built but $prefix/bin/srun is $running; install the headers of the running Slurm and run again"
+  [ "${built%.*}" = "${running%.*}" ] ||
+    die "Slurm headers in $prefix/include are $built but $prefix/bin/srun is $running; install the headers of the running Slurm (series ${running%.*}) and run again"
   say "Slurm $running at $prefix"
 }
 
-build_plugin() {
-  if [ -z "$build_dir" ]; then
-    build_dir=$(mktemp -d /tmp/slurm-ddp-build.XXXXXX)
-    trap 'rm -rf "$build_dir"' EXIT
-  fi
-  local generator=()
-  command -v ninja >/dev/null && generator=(-G Ninja)
-  cmake -S "$SOURCE" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DDDP_BUILD_RUNTIME=OFF \
-        -DBUILD_TESTING=OFF -DSLURM_INCLUDE_DIR="$prefix/include" >/dev/null
-  cmake --build "$build_dir" --target ddp_spank -j "$(nproc)" >/dev/null
-  built_plugin="$build_dir/spank_plugin/ddp.so"
-}
-
 locate_targets() {
+  [ -n "$plugin_dir" ] || plugin_dir=$(running_value PluginDir | cut -d: -f1)
   [ -n "$plugin_dir" ] || plugin_dir=$(conf_value PluginDir | cut -d: -f1)
   if [ -z "$plugin_dir" ]; then
     local found
@@ -107,8 +136,57 @@ locate_targets() {
     plugin_dir=$(dirname "$found")
   fi
   [ -d "$plugin_dir" ] || die "plugin directory $plugin_dir does not exist"
+  [ -n "$plugstack" ] || plugstack=$(running_value PlugStackConfig)
   [ -n "$plugstack" ] || plugstack=$(conf_value PlugStackConfig)
   [ -n "$plugstack" ] || plugstack="$(dirname "$slurm_conf")/plugstack.conf"
+}
+
+# The directory plugstack.conf includes (`include DIR/*` or `include DIR/*.conf`), empty when none.
+include_dir_of() {
+  [ -f "$1" ] || return 0
+  sed -n -E 's/^[[:space:]]*include[[:space:]]+(.*)\/\*(\.conf)?[[:space:]]*$/\1/p' "$1" | head -n 1
+}
+
+check_plugstack() {
+  $require_include || return 0
+  [ -f "$plugstack" ] || return 0  # written with its include line below
+  [ -n "$(include_dir_of "$plugstack")" ] ||
+    die "$plugstack includes no directory: add the line 'include $(dirname "$plugstack")/plugstack.conf.d/*' (ParallelCluster's and PCS's layout) and run again"
+}
+
+check_build_tools() {
+  local lines=() piece
+  command -v make >/dev/null || lines+=("missing: make: $(install_command make)")
+  if [ ${#lines[@]} -eq 0 ]; then
+    local out
+    out=$(make -s -C "$SOURCE/spank_plugin" check-deps SLURM_INCLUDE_DIR="$prefix/include" 2>&1) || true
+    while IFS= read -r piece; do [ -z "$piece" ] || lines+=("$(fill_install_commands "$piece")"); done <<<"$out"
+  fi
+  [ ${#lines[@]} -eq 0 ] && return 0
+  printf '%s: %s\n' "$PROGRAM" "${lines[@]}" >&2
+  die "nothing was built or installed; install what is named above and run again"
+}
+
+# The Makefile names every system's package; this one's command is the one to run.
+fill_install_commands() {
+  case $1 in
+    *"C++17 compiler"*) echo "missing: a C++17 compiler: $(install_command cxx)" ;;
+    *"a C compiler"*) echo "missing: a C compiler: $(install_command cc)" ;;
+    *"hwloc 2 headers"*) echo "missing: the hwloc 2 headers (hwloc.h): $(install_command hwloc)" ;;
+    *) echo "$1" ;;
+  esac
+}
+
+build_plugin() {
+  if [ -z "$build_dir" ]; then
+    build_dir=$(mktemp -d /tmp/slurm-ddp-build.XXXXXX)
+    trap 'rm -rf "$build_dir"' EXIT
+  fi
+  local targets=(plugin) log
+  [ -z "$tools_dir" ] || targets+=(tools)
+  log=$(make -C "$SOURCE/spank_plugin" SLURM_INCLUDE_DIR="$prefix/include" O="$build_dir" -j "$(nproc)" "${targets[@]}" 2>&1) ||
+    { tail -n 20 <<<"$log" >&2; die "the build failed (above); nothing was installed"; }
+  built_plugin="$build_dir/ddp.so"
 }
 
 # Writes $2 to file $1 only when the content differs, so a second run changes nothing.
@@ -122,34 +200,10 @@ write_if_changed() {
   fi
 }
 
-# Processes that run a step (srun, slurmstepd on every node) map ddp.so, often from a PluginDir on shared storage.
-# The live file is never written to: the new one is written under a name of its own and renamed over it, in one
-# step. Its inode keeps a name too (ddp.so.<its SHA-256 prefix>): NFS removes a replaced file's inode at the server
-# once no name is left, and a process on another node mapping it would die of SIGBUS at its next page fault. The
-# five newest such copies are kept (a step started before five installs has long reloaded).
-install_plugin() {
-  local live=$plugin_dir/ddp.so new old
-  if cmp -s "$built_plugin" "$live"; then
-    say "unchanged: $live"
-    return
-  fi
-  new=$(mktemp "$plugin_dir/.ddp.so.XXXXXX")
-  cat "$built_plugin" >"$new"
-  chmod 0755 "$new"
-  if [ -f "$live" ]; then
-    old=$plugin_dir/ddp.so.$(sha256sum "$live" | cut -c1-16)
-    [ -e "$old" ] || ln "$live" "$old"
-  fi
-  mv -f "$new" "$live"
-  find "$plugin_dir" -maxdepth 1 -name 'ddp.so.????????????????' -printf '%T@ %p\n' | sort -rn | tail -n +6 |
-    cut -d' ' -f2- | while IFS= read -r copy; do rm -f "$copy"; done
-  say "installed: $live${old:+ (the previous one stays as $old for the processes that map it)}"
-}
-
 configure_plugstack() {
   local line="$mode $plugin_dir/ddp.so${args[*]:+ ${args[*]}}" include_dir
   [ -f "$plugstack" ] || write_if_changed "$plugstack" "include $(dirname "$plugstack")/plugstack.conf.d/*.conf"
-  include_dir=$(sed -n -E 's/^[[:space:]]*include[[:space:]]+(.*)\/\*(\.conf)?[[:space:]]*$/\1/p' "$plugstack" | head -n 1)
+  include_dir=$(include_dir_of "$plugstack")
   if [ -n "$include_dir" ]; then
     mkdir -p "$include_dir"
     write_if_changed "$include_dir/zz-ddp.conf" "$line"
@@ -174,6 +228,14 @@ check_order() {
   [ -z "$later" ] || say "warning: $later loads pyxis after zz-ddp.conf; rename it to sort before zz-ddp.conf, or ddp.so refuses every --ddp step in a pyxis container"
 }
 
+install_tools() {
+  [ -n "$tools_dir" ] || return 0
+  mkdir -p "$tools_dir"
+  local tool
+  for tool in ddp-why ddp-topo; do install_shared_file "$build_dir/$tool" "$tools_dir/$tool" 0755; done
+  install_shared_file "$SOURCE/sbatch_templates/ddp-restart" "$tools_dir/ddp-restart" 0755
+}
+
 verify() {
   local help
   help=$("$prefix/bin/srun" --help 2>&1)
@@ -185,8 +247,15 @@ verify() {
 parse_args "$@"
 locate_slurm
 check_versions
-build_plugin
 locate_targets
-install_plugin
+check_plugstack
+check_build_tools
+if $check_only; then
+  say "ready to build against Slurm $(header_version) at $prefix: ddp.so into $plugin_dir, plugstack $plugstack"
+  exit 0
+fi
+build_plugin
+install_shared_file "$built_plugin" "$plugin_dir/ddp.so" 0755
 configure_plugstack
+install_tools
 verify

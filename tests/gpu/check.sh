@@ -4,7 +4,7 @@
 #   tests/gpu/check.sh [options]
 # 1. builds ddp-train, ddp-topo and ddp-doctor against the wheel's LibTorch (torch.utils.cmake_prefix_path) and the
 #    nvidia-nccl wheel's nccl.h, with CMake and ninja, plugin and tests off; hwloc and nlohmann-json come from the
-#    Debian packages in tests/gpu/debs when the machine has no hwloc headers (see tests/gpu/debs/README.md);
+#    Debian packages in third_party/debs when the machine has no hwloc headers (see third_party/debs/README.md);
 # 2. trains the seed workload and a --model run (a scripted MLP on a .pt data file) on NCCL, one rank per GPU,
 #    ranks started with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT);
 # 3. trains the same in Python DDP on NCCL (tests/runtime/python/model_io.py) and compares the final weights;
@@ -17,7 +17,7 @@
 #   --python PY      the Python that has torch (default: $PYTHON, else python3)
 #   --build-dir DIR  (default: build-gpu-check in the checkout)
 #   --hwloc auto|bundled|system
-#                    system: pkg-config's hwloc; bundled: tests/gpu/debs; auto (default): system where pkg-config
+#                    system: pkg-config's hwloc; bundled: third_party/debs; auto (default): system where pkg-config
 #                    finds it, else bundled
 #   --epochs N       epochs of each run (default 20; the seed's data set is 2048 samples)
 #   --quick          2 epochs and 256 samples: seconds, for CTest
@@ -29,7 +29,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MODEL_IO=$ROOT/tests/runtime/python/model_io.py
-DEBS=$ROOT/tests/gpu/debs
+DEBS=$ROOT/third_party/debs
 # Final weights of ddp-train and Python DDP agree within these (torch.allclose). On the CPU the two run the same
 # kernels in the same order: the runtime's own tests hold them to rtol 1e-4, atol 1e-5. On a GPU, cuBLAS and the
 # reduction order of NCCL's all-reduce may differ between runs, so one order looser.

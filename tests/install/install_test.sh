@@ -85,7 +85,7 @@ grep -q "no ddp.so in $WORK/empty: run install-head-node.sh on the head node fir
 live=$WORK/a/plugins/ddp.so
 before_inode=$(stat -c %i "$live")
 before_sum=$(sha256sum <"$live")
-printf 'a changed build' >>"$WORK/build/spank_plugin/ddp.so"  # trailing bytes: still a loadable plugin
+printf 'a changed build' >>"$WORK/build/ddp.so"  # trailing bytes: still a loadable plugin
 install_into "$WORK/a" port_range=21000-21999 >"$WORK/third.log"
 grep -q "installed: $live (the previous one stays as $live\.[0-9a-f]\{16\}" "$WORK/third.log" ||
   fail "reinstall: $(cat "$WORK/third.log")"
@@ -97,14 +97,20 @@ kept=$(find "$WORK/a/plugins" -inum "$before_inode")
 grep -q -- '--ddp-port' <<<"$(SLURM_CONF=$WORK/a/slurm.conf srun --help)" || fail "srun does not load the new plugin"
 
 # 7. ParallelCluster's head-node action: a tarball whose SHA-256 is not the one given is refused before anything is
-# unpacked; a good one is unpacked as root's files whatever owners the archive records, and installed.
+# unpacked; a good one is unpacked as root's files whatever owners the archive records, checked, then installed, and
+# a second run of the same install does nothing. (tests/pcluster runs the real one on a ParallelCluster-like head node.)
 PCLUSTER=$(dirname "$SCRIPT")/pcluster-head-node.sh
-mkdir -p "$WORK/src/slurm-ddp/sbatch_templates/parallelcluster" "$WORK/opt"
+mkdir -p "$WORK/src/slurm-ddp/sbatch_templates/parallelcluster" "$WORK/opt" "$WORK/prefix/bin" "$WORK/prefix/plugins"
+cp "$(dirname "$SCRIPT")/install_lib.sh" "$WORK/src/slurm-ddp/sbatch_templates/parallelcluster/"
+# A stand-in for install-head-node.sh: its check says where the plugin goes; its install records how it ran.
 printf '#!/bin/sh
-echo "install-head-node $*" >"%s/installed"
-' "$WORK" \
+case " $* " in *" --check "*) echo "install-head-node: ready to build against Slurm 25.11.6 at %s/prefix: ddp.so into %s/prefix/plugins, plugstack /x"; exit 0 ;; esac
+echo "install-head-node $*" >>"%s/installed"
+echo plugin >%s/prefix/plugins/ddp.so
+' "$WORK" "$WORK" "$WORK" "$WORK" \
   >"$WORK/src/slurm-ddp/sbatch_templates/parallelcluster/install-head-node.sh"
-chmod 0775 "$WORK/src/slurm-ddp/sbatch_templates/parallelcluster/install-head-node.sh"
+printf '#!/bin/sh\ncase $1 in --version) echo "slurm 25.11.6" ;; --help) echo "  --ddp-verbose" ;; esac\n' >"$WORK/prefix/bin/srun"
+chmod 0775 "$WORK/src/slurm-ddp/sbatch_templates/parallelcluster/install-head-node.sh" "$WORK/prefix/bin/srun"
 tar -czf "$WORK/slurm-ddp.tar.gz" -C "$WORK/src" --owner=4242 --group=4242 slurm-ddp
 good=$(sha256sum "$WORK/slurm-ddp.tar.gz" | cut -d' ' -f1)
 pcluster() { env DDP_PCLUSTER_DEST="$WORK/opt/slurm-ddp" DDP_PCLUSTER_SLURM_PREFIX="$WORK/prefix" "$PCLUSTER" "$@"; }
@@ -117,9 +123,14 @@ if [ -e "$WORK/opt/slurm-ddp" ] || [ -e "$WORK/installed" ]; then fail "somethin
 if pcluster "$WORK/slurm-ddp.tar.gz" >/dev/null 2>&1; then fail "a tarball without a checksum was installed"; fi
 pcluster "$WORK/slurm-ddp.tar.gz" "$good" port_range=20000-29999 >"$WORK/pcluster.log" 2>&1 ||
   fail "pcluster-head-node.sh: $(cat "$WORK/pcluster.log")"
-[ "$(cat "$WORK/installed")" = "install-head-node --slurm-prefix $WORK/prefix port_range=20000-29999" ] ||
+[ "$(cat "$WORK/installed")" = "install-head-node --require-include --slurm-prefix $WORK/prefix --build-dir $(sed -n 's/.*--build-dir \([^ ]*\) .*/\1/p' "$WORK/installed") --tools-dir $WORK/opt/slurm-ddp/bin port_range=20000-29999" ] ||
   fail "install-head-node.sh ran as: $(cat "$WORK/installed")"
-owners=$(find "$WORK/opt/slurm-ddp" -printf '%u:%g\n' | sort -u)
+grep -q "ddp-train left out: no --ddp-train-python given" "$WORK/pcluster.log" || fail "ddp-train's absence not said: $(cat "$WORK/pcluster.log")"
+owners=$(find "$WORK/opt/slurm-ddp/source" -printf '%u:%g\n' | sort -u)
 [ "$owners" = "root:root" ] || fail "unpacked files keep the archive's owners: $owners"
-[ -z "$(find "$WORK/opt/slurm-ddp" -perm /022)" ] || fail "unpacked files others may write: $(find "$WORK/opt/slurm-ddp" -perm /022)"
+[ -z "$(find "$WORK/opt/slurm-ddp/source" -perm /022)" ] || fail "unpacked files others may write: $(find "$WORK/opt/slurm-ddp/source" -perm /022)"
+pcluster "$WORK/slurm-ddp.tar.gz" "$good" port_range=20000-29999 >"$WORK/pcluster-again.log" 2>&1 ||
+  fail "pcluster-head-node.sh, second run: $(cat "$WORK/pcluster-again.log")"
+grep -q "unchanged: this tarball is installed as given" "$WORK/pcluster-again.log" || fail "second run: $(cat "$WORK/pcluster-again.log")"
+[ "$(wc -l <"$WORK/installed")" = 1 ] || fail "the second run installed again: $(cat "$WORK/installed")"
 echo "install_test: OK"

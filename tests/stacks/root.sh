@@ -6,14 +6,19 @@
 #
 #   root.sh path RELEASE                  print the cached root's directory (it may not exist yet)
 #   root.sh create RELEASE                debootstrap it when missing or unfinished; print its directory
-#   root.sh run RELEASE [--isolated] [--] CMD...
+#   root.sh run RELEASE [--isolated] [--overlay] [--] CMD...
 #                                         CMD inside the root, as root, in this repository (bind-mounted at
 #                                         the same path), with a clean environment. --isolated: also in a
 #                                         new network namespace (loopback only): tests there cannot meet a test
 #                                         cluster of the host or of another root, and nothing reaches the network.
+#                                         --overlay: the root is seen through an overlay whose writes live in a
+#                                         tmpfs of this entry: whatever CMD installs or changes is gone after it,
+#                                         and the next entry starts from the cached root as it was.
 #   root.sh remove RELEASE                delete the cached root
 #
-# RELEASE is a Debian codename (trixie, bookworm). The cache is $DDP_ROOTS_DIR (default /var/cache/slurm-ddp/roots).
+# RELEASE is a Debian codename (trixie, bookworm), or the name of a root made from one: pcluster, a Debian 12 root
+# made to look like an AWS ParallelCluster head node (tests/stacks/pcluster.sh). The cache is $DDP_ROOTS_DIR
+# (default /var/cache/slurm-ddp/roots).
 # Every process started inside ends with CMD (the PID namespace dies with its first process), and every mount
 # lives in the private mount namespace: nothing is left behind on the host, also on failure.
 set -Eeuo pipefail
@@ -33,6 +38,14 @@ check_release() {
 }
 
 root_dir() { echo "$ROOTS/$1"; }
+
+# The Debian release a root is made from: its own name, but for the roots named after what they stand in for.
+codename_of() {
+  case $1 in
+    pcluster) echo bookworm ;;
+    *) echo "$1" ;;
+  esac
+}
 
 # The Debian mirror of this machine's apt sources: the first http(s) URI of a source whose suites are plain
 # Debian ones (not -security), in deb822 (.sources) or one-line (.list) form.
@@ -59,8 +72,9 @@ need_debootstrap() {
 
 # The root is complete once .ddp-root-ready exists: an interrupted debootstrap is started again from scratch.
 cmd_create() {
-  local release=$1 dir mirror t0=$SECONDS
+  local release=$1 dir mirror t0=$SECONDS codename
   dir=$(root_dir "$release")
+  codename=$(codename_of "$release")
   mkdir -p "$ROOTS"
   exec 8>"$ROOTS/$release.lock"
   flock -w 1200 8 || die "another root.sh holds $ROOTS/$release.lock for over 20 minutes"
@@ -68,12 +82,12 @@ cmd_create() {
     need_debootstrap
     mirror=$(debian_mirror)
     rm -rf "$dir"
-    say "creating a $release root in $dir from $mirror (about a minute)"
+    say "creating a $release root ($codename) in $dir from $mirror (about a minute)"
     # A release newer than this machine's debootstrap (forky on bookworm) is made with the script of sid, which
     # every debootstrap has and which names no release of its own.
-    local script=/usr/share/debootstrap/scripts/$release
+    local script=/usr/share/debootstrap/scripts/$codename
     [ -e "$script" ] || script=/usr/share/debootstrap/scripts/sid
-    debootstrap --variant=minbase "$release" "$dir" "$mirror" "$script" >"$ROOTS/$release.debootstrap.log" 2>&1 ||
+    debootstrap --variant=minbase "$codename" "$dir" "$mirror" "$script" >"$ROOTS/$release.debootstrap.log" 2>&1 ||
       die "debootstrap $release failed: $(tail -n 3 "$ROOTS/$release.debootstrap.log" | tr '\n' ' ')"
     # Daemons' postinst scripts must not start them inside the root (they would run on the host's network).
     printf '#!/bin/sh\nexit 101\n' >"$dir/usr/sbin/policy-rc.d"
@@ -89,8 +103,9 @@ cmd_create() {
 
 # Runs as PID 1 of the new PID namespace, inside the new mount namespace, before pivot_root.
 enter_inner() {
-  local dir=$1 isolated=$2 release=$3
-  shift 3
+  local dir=$1 isolated=$2 release=$3 overlay=$4
+  shift 4
+  if [ "$overlay" = 1 ]; then dir=$(mount_overlay "$dir" "$release"); fi
   mount --bind "$dir" "$dir"
   mount -t proc proc "$dir/proc"
   mount --rbind /sys "$dir/sys"
@@ -130,24 +145,37 @@ enter_inner() {
   exit "$rc"
 }
 
+# The cached root DIR seen through an overlay whose upper layer is a tmpfs of this (private) mount namespace: it goes
+# with the entry. The mount point, $ROOTS/RELEASE.overlay, is an empty directory on the host; entries at once each
+# mount their own tmpfs there. Prints the merged directory.
+mount_overlay() {  # DIR RELEASE
+  local top=$ROOTS/$2.overlay
+  mkdir -p "$top"
+  mount -t tmpfs -o mode=0755 ddp-root-overlay "$top"
+  mkdir "$top/upper" "$top/work" "$top/merged"
+  mount -t overlay ddp-root-overlay -o "lowerdir=$1,upperdir=$top/upper,workdir=$top/work" "$top/merged"
+  echo "$top/merged"
+}
+
 cmd_run() {
-  local release=$1 isolated=0 dir
+  local release=$1 isolated=0 overlay=0 dir
   shift
   while [ $# -gt 0 ]; do
     case $1 in
       --isolated) isolated=1; shift ;;
+      --overlay) overlay=1; shift ;;
       --) shift; break ;;
       *) break ;;
     esac
   done
-  [ $# -gt 0 ] || die "run: no command; usage: root.sh run RELEASE [--isolated] [--] CMD..."
+  [ $# -gt 0 ] || die "run: no command; usage: root.sh run RELEASE [--isolated] [--overlay] [--] CMD..."
   dir=$(root_dir "$release")
   [ -e "$dir/.ddp-root-ready" ] || die "no $release root in $dir; run: root.sh create $release"
   local net=()
   [ "$isolated" = 0 ] || net=(--net)
   # --kill-child: when this script is killed, so is everything inside.
   exec unshare --mount --propagation private --pid --fork --kill-child --uts "${net[@]}" -- \
-    "$0" __inner "$dir" "$isolated" "$release" "$@"
+    "$0" __inner "$dir" "$isolated" "$release" "$overlay" "$@"
 }
 
 cmd_remove() {
@@ -156,6 +184,7 @@ cmd_remove() {
   exec 8>"$ROOTS/$1.lock"
   flock -w 60 8 || die "$1 root is in use (root.sh holds $ROOTS/$1.lock)"
   rm -rf "$dir" "$ROOTS/$1.debootstrap.log"
+  rmdir "$ROOTS/$1.overlay" 2>/dev/null || true
 }
 
 main() {
