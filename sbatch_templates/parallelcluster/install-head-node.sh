@@ -8,8 +8,8 @@
 # It builds with make and a C++17 compiler alone (spank_plugin/Makefile): nothing is downloaded or installed but
 # the plugin. What is missing is named first, one line each with the command that installs it.
 # Options:
-#   --slurm-prefix DIR   Slurm's install prefix (default: that of the srun on PATH, else /opt/slurm, else the newest
-#                        /opt/aws/pcs/scheduler/slurm-*, else /usr)
+#   --slurm-prefix DIR   Slurm's install prefix (default: that of the srun on PATH, else the newest
+#                        /opt/aws/pcs/scheduler/slurm-* (AWS PCS), else /opt/slurm (ParallelCluster), else /usr)
 #   --slurm-conf FILE    slurm.conf (default: the running Slurm's (scontrol show config), else $SLURM_CONF, else
 #                        PREFIX/etc/slurm.conf, PCS's /etc/aws/pcs/scheduler/slurm-<ver>/slurm.conf, /etc/slurm/slurm.conf)
 #   --plugin-dir DIR     where ddp.so goes (default: the running Slurm's PluginDir, else slurm.conf's, else the
@@ -80,14 +80,15 @@ find_prefix() {
   [ -z "$prefix" ] || return 0
   local srun pcs
   srun=$(command -v srun 2>/dev/null || true)
+  pcs=$(find /opt/aws/pcs/scheduler -maxdepth 1 -name 'slurm-*' -type d 2>/dev/null | sort -V | tail -n 1)
   if [ -n "$srun" ]; then
-    srun=$(readlink -f "$srun")
     prefix=$(dirname "$(dirname "$srun")")
+  elif [ -n "$pcs" ]; then
+    prefix=$pcs
   elif [ -d /opt/slurm ]; then
     prefix=/opt/slurm
   else
-    pcs=$(find /opt/aws/pcs/scheduler -maxdepth 1 -name 'slurm-*' -type d 2>/dev/null | sort -V | tail -n 1)
-    prefix=${pcs:-/usr}
+    prefix=/usr
   fi
 }
 

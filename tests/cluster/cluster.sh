@@ -3,9 +3,11 @@
 # slurmctld and N slurmd, each slurmd in its own network, UTS and mount namespace so that every node looks like a
 # separate host. Needs root.
 #
-#   cluster.sh up [--nodes N] [--plugin /path/ddp.so] [--plugstack-args "k=v ..."]
+#   cluster.sh up [--nodes N] [--plugin /path/ddp.so] [--plugstack-args "k=v ..."] [--plugstack FILE]
 #                                        clear leftovers, start, wait until every node is idle; waits first
-#                                        while another running ctest owns the cluster (DDP_CLUSTER_WAIT s)
+#                                        while another running ctest owns the cluster (DDP_CLUSTER_WAIT s).
+#                                        --plugstack: Slurm's PlugStackConfig is FILE, as it is (an installer's,
+#                                        e.g. /opt/slurm/etc/plugstack.conf), not $DIR/etc/plugstack.conf
 #   cluster.sh down [--force]            stop everything, remove every trace (also when nothing is up); a
 #                                        cluster another running ctest brought up is left alone unless --force
 #   cluster.sh env                       `export VAR=value` lines for tests: eval "$(cluster.sh env)"
@@ -51,6 +53,14 @@
 #   Ports          slurmctld 16817, slurmd 16818 (not Slurm's 6817/6818), MpiParams ports 12000-12999 (below
 #                  the kernel's ephemeral range).
 #   User           jobs run as $DDP_CLUSTER_USER (default ddpuser, created if missing).
+#   Slurm          the one on PATH, or DDP_CLUSTER_SLURM_PREFIX's (bin/ and sbin/ first on every PATH here: a Slurm
+#                  built from source, e.g. /opt/slurm as ParallelCluster builds it).
+#   munge          one munged for the host and every node, sharing the socket; with Slurm 25.x (or
+#                  DDP_CLUSTER_MUNGE_PER_NODE=1) each node runs its own, with the same key, its socket bound over
+#                  the shared one's path in the node's mount namespace: 25.11's slurmd refuses a forwarded launch's
+#                  credential that another node's slurmd decoded at the same munged ("Replayed credential"; srun:
+#                  "Header lengths are longer than data received") for every multi-node step. 22.05, 24.11 and
+#                  26.05 decode it once and work with one munged.
 #
 # Observed on Debian's Slurm 22.05.8 here (checked, not assumed):
 # - srun runs from the host's own namespace: slurmd logs the launch as coming from 10.77.0.254 (the route to the
@@ -92,7 +102,8 @@ readonly MARKER="# ddp-test-cluster"
 readonly NETNS_PREFIX=ddp-node BRIDGE0=ddpbr0 BRIDGE1=ddpbr1
 readonly CONF=$DIR/etc/slurm.conf SHARED=$DIR/shared LOCAL=$DIR/local NSDIR=$DIR/ns LOG=$DIR/log
 readonly LOCK=/run/ddp-test-cluster.lock
-readonly SAFE_PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin
+readonly SLURM_PREFIX=${DDP_CLUSTER_SLURM_PREFIX:-}
+readonly SAFE_PATH=${SLURM_PREFIX:+$SLURM_PREFIX/bin:$SLURM_PREFIX/sbin:}/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin
 
 say() { echo "cluster.sh: $*" >&2; }
 elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}'; }
@@ -550,7 +561,7 @@ SlurmctldLogFile=$LOG/slurmctld.log
 SlurmdLogFile=$LOG/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-PlugStackConfig=$DIR/etc/plugstack.conf
+PlugStackConfig=$(plugstack_file)
 # cgroup plugins cannot work in these namespaces; linuxproc tracks by process tree.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -599,9 +610,14 @@ write_fake_gpus() {
   chmod 0644 "$DIR/etc/gres.conf"
 }
 
+# The plugstack file Slurm reads: $DIR/etc/plugstack.conf, or the one `up --plugstack` named.
+plugstack_file() { cat "$DIR/etc/plugstack-path" 2>/dev/null || echo "$DIR/etc/plugstack.conf"; }
+
 write_plugstack() {
-  if [ $# -eq 0 ]; then : >"$DIR/etc/plugstack.conf"; else printf '%s\n' "$@" >"$DIR/etc/plugstack.conf"; fi
-  chmod 0644 "$DIR/etc/plugstack.conf"
+  local file
+  file=$(plugstack_file)
+  if [ $# -eq 0 ]; then : >"$file"; else printf '%s\n' "$@" >"$file"; fi
+  chmod 0644 "$file"
 }
 
 # Prints the path plugstack.conf should name: PATH itself, or a copy the job user can read.
@@ -630,7 +646,31 @@ umount -l '$NSDIR'
 mount -t tmpfs -o size=256m,mode=1777 ddp-node$k-local '$LOCAL'
 echo node$k >'$LOCAL/.node'
 mkdir -m 0755 '$LOCAL/pmix'
+$(if munge_per_node; then node_munge_script "$k"; fi)
 exec env -i PATH='$SAFE_PATH' LANG=C.UTF-8 slurmd -D -f '$CONF' -N node$k
+EOF
+}
+
+# Whether each node runs a munged of its own (see the header).
+munge_per_node() {
+  case ${DDP_CLUSTER_MUNGE_PER_NODE:-auto} in
+    1) return 0 ;;
+    0) return 1 ;;
+  esac
+  [[ $(env PATH="$SAFE_PATH" slurmd -V 2>/dev/null) =~ ^slurm\ 25\. ]]
+}
+
+# The node's munged: the cluster's key in a node-private directory bound over $DIR/munge (the socket path of
+# slurm.conf's AuthInfo), started before slurmd (munged forks once it answers).
+node_munge_script() {  # NODE_INDEX
+  local k=$1 m=$DIR/munge
+  cat <<EOF
+mkdir -m 0755 '$LOCAL/munge'
+cp '$m/munge.key' '$LOCAL/munge/munge.key'
+chown -R munge:munge '$LOCAL/munge'
+mount --bind '$LOCAL/munge' '$m'
+setpriv --reuid=munge --regid=munge --init-groups munged --socket='$m/munge.socket' --key-file='$m/munge.key' \\
+  --pid-file='$m/munged.pid' --seed-file='$m/munged.seed' --log-file='$LOG/munged-node$k.log'
 EOF
 }
 
@@ -642,6 +682,7 @@ start_slurm() {
   wait_for 120 "slurmctld to answer" ctld_up
   for k in $(seq "$NODES"); do
     mkdir -p "$DIR/spool/node$k"
+    install -o munge -g munge -m 0640 /dev/null "$LOG/munged-node$k.log"
     start_daemon "slurmd-node$k" nsenter --net="/run/netns/$NETNS_PREFIX$k" --uts="$NSDIR/node$k.uts" -- \
       unshare --mount --propagation private sh -ec "$(node_slurmd_script "$k")"
   done
@@ -689,13 +730,14 @@ on_up_exit() {
 
 cmd_up() {
   NODES=2
-  local plugin="" pargs="" t0=$EPOCHREALTIME
+  local plugin="" pargs="" plugstack="" t0=$EPOCHREALTIME
   while [ $# -gt 0 ]; do
     case $1 in
       --nodes) NODES=${2:?--nodes needs a number}; shift 2 ;;
       --plugin) plugin=${2:?--plugin needs a path}; shift 2 ;;
       --plugstack-args) pargs=${2-}; shift 2 ;;
-      *) die "up: unknown argument '$1'; usage: cluster.sh up [--nodes N] [--plugin PATH] [--plugstack-args 'k=v ...']" ;;
+      --plugstack) plugstack=${2:?--plugstack needs a file}; shift 2 ;;
+      *) die "up: unknown argument '$1'; usage: cluster.sh up [--nodes N] [--plugin PATH] [--plugstack-args 'k=v ...'] [--plugstack FILE]" ;;
     esac
   done
   if ! [[ $NODES =~ ^[0-9]+$ ]] || [ "$NODES" -lt 1 ] || [ "$NODES" -gt 64 ]; then
@@ -717,6 +759,11 @@ cmd_up() {
   ensure_user
   make_dirs
   record_owner
+  if [ -n "$plugstack" ]; then
+    case $plugstack in /*) ;; *) die "--plugstack $plugstack: give an absolute path" ;; esac
+    echo "$plugstack" >"$DIR/etc/plugstack-path"
+    [ -f "$plugstack" ] || write_plugstack
+  fi
   if [ -n "$plugin" ]; then
     plugin=$(plugin_for_user "$plugin")
     echo "$plugin" >"$DIR/etc/plugin"
@@ -730,7 +777,7 @@ cmd_up() {
   write_slurm_conf
   start_slurm
   trap - EXIT
-  say "up: $NODES nodes idle in $(elapsed "$t0") s; plugstack: $(cat "$DIR/etc/plugstack.conf")"
+  say "up: $NODES nodes idle in $(elapsed "$t0") s; plugstack $(plugstack_file): $(cat "$(plugstack_file)")"
 }
 
 # ---------------------------------------------------------------------------------------------------- use
@@ -749,7 +796,7 @@ cmd_env() {
     DDP_CLUSTER_DIR "$DIR" \
     DDP_CLUSTER_SHARED "$SHARED" \
     DDP_CLUSTER_LOCAL "$LOCAL" \
-    DDP_CLUSTER_PLUGSTACK "$DIR/etc/plugstack.conf" \
+    DDP_CLUSTER_PLUGSTACK "$(plugstack_file)" \
     DDP_CLUSTER_IMAGE "$DIR/oci/rootfs" \
     DDP_CLUSTER_BUNDLE "$DIR/oci" \
     DDP_CLUSTER_PLUGIN "$(cat "$DIR/etc/plugin" 2>/dev/null || true)" \

@@ -98,7 +98,11 @@ check_export() {
   assert_eq $'0\n1' "$(cut -d' ' -f1 <<<"$out")" "RANK of srun --export=NONE --ddp on Slurm $version"
   assert_match "$(cut -d' ' -f2 <<<"$out" | sort -u)" '^[0-9a-f]{32}$' \
     "one DDP_JOB_KEY for every task of srun --export=NONE --ddp on Slurm $version: $out"
-  job=$(submit --export=NONE --ddp -N1 -o "$TEST_DIR/export-none.out" --wrap "/usr/bin/srun -N1 -n1 /bin/sh -c '$print_key'")
+  # Under --export=NONE the batch script has no PATH of the caller's: srun by its full path (/opt/slurm/bin on a
+  # Slurm built from source).
+  local srun_path
+  srun_path=$(run_on_cluster sh -c 'command -v srun')
+  job=$(submit --export=NONE --ddp -N1 -o "$TEST_DIR/export-none.out" --wrap "$srun_path -N1 -n1 /bin/sh -c '$print_key'")
   assert_eq COMPLETED "$(wait_job "$job")" "sbatch --export=NONE --ddp"
   assert_match "$(cat "$TEST_DIR/export-none.out")" '^0 [0-9a-f]{32}$' \
     "RANK and DDP_JOB_KEY in a step of sbatch --export=NONE --ddp on Slurm $version"
