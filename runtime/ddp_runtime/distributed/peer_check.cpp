@@ -21,7 +21,7 @@ using std::chrono::milliseconds;
 
 // Under the job's secret key prefix (store_auth.hpp): an outsider who reaches rank 0's store cannot forge them.
 const std::string kPrefix = "peer-check/";
-constexpr milliseconds kPoll{50};
+constexpr milliseconds kAlivePoll{50};
 // After rank 0's verdict, the others wait this long before they report: srun ends the step at rank 0's exit.
 constexpr milliseconds kLetRankZeroEnd{2000};
 // How long rank 0 waits for the others to have read its verdict before it goes (and its store with it).
@@ -43,8 +43,6 @@ std::string seconds_text(milliseconds window) {
   const auto tenths = (window.count() + 50) / 100;
   return std::to_string(tenths / 10) + (tenths % 10 ? "." + std::to_string(tenths % 10) : "") + " s";
 }
-
-std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 
 // The outcome of the check, shared with the thread that talks to the store: that thread may block in a store call
 // on a stopped rank 0 for as long as the store's own timeout, and is left behind when the deadline passes.
@@ -82,22 +80,22 @@ void run_check(const Launch& launch, const std::vector<RankIdentity>& ranks, mil
     if (!proven.store)
       throw std::runtime_error("its store did not prove that it is this job's rank 0: " + proven.failure);
     const compat::StorePtr& store = proven.store;
-    store->set(kPrefix + "alive/" + std::to_string(launch.rank), bytes("1"));
+    store->set(kPrefix + "alive/" + std::to_string(launch.rank), store_value("1"));
     store->add(kPrefix + "answered", 1);
     const auto deadline = Clock::now() + window;
     if (launch.rank == 0) {
       int64_t answered = 1;
       while ((answered = store->add(kPrefix + "answered", 0)) < launch.world_size && Clock::now() < deadline) {
-        std::this_thread::sleep_for(kPoll);
+        std::this_thread::sleep_for(kAlivePoll);
       }
       if (answered < launch.world_size) verdict = name_missing(launch, ranks, *store);
-      store->set(kPrefix + "verdict", bytes("=" + verdict));
+      store->set(kPrefix + "verdict", store_value("=" + verdict));
       const auto read_by = Clock::now() + kVerdictRead;
       while (store->add(kPrefix + "read", 0) < answered - 1 && Clock::now() < read_by)
-        std::this_thread::sleep_for(kPoll);
+        std::this_thread::sleep_for(kAlivePoll);
     } else {
       while (!store->check({kPrefix + "verdict"}) && Clock::now() < deadline + window)
-        std::this_thread::sleep_for(kPoll);
+        std::this_thread::sleep_for(kAlivePoll);
       if (!store->check({kPrefix + "verdict"})) throw std::runtime_error("no verdict");
       const std::vector<uint8_t> text = store->get(kPrefix + "verdict");
       store->add(kPrefix + "read", 1);

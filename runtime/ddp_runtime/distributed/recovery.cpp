@@ -28,14 +28,13 @@ using std::chrono::milliseconds;
 constexpr char kStandbyProofKey[] = "ddp-train/standby-proof";
 constexpr char kGroupEnded[] = "ddp-train group ended";
 constexpr char kGroupHeader[] = "ddp-train group ";  // then the generation
-constexpr milliseconds kPoll{10};
+constexpr milliseconds kRecoveryPoll{10};
 // At rank 0's standby store: the counter of tickets a replacement takes, then its request under its ticket.
 constexpr char kJoinTickets[] = "joins";
 std::string join_request_key(int64_t ticket) { return "join/" + std::to_string(ticket); }
 
 std::atomic<int> releasing{0};
 
-std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 std::string text(const std::vector<uint8_t>& value) { return std::string(value.begin(), value.end()); }
 
 // Bound to the run (the Slurm job, which every step of it shares: a replacement runs in a step of its own) and to
@@ -225,7 +224,7 @@ void Recovery::host_standby() {
                              address + " for --recover in-place: " + error_summary(e));
   }
   endpoint_ = address + " " + std::to_string(static_cast<c10d::TCPStore&>(*server).getPort());
-  server->set(kStandbyProofKey, bytes(standby_proof(launch_, settings_.run_id, endpoint_)));
+  server->set(kStandbyProofKey, store_value(standby_proof(launch_, settings_.run_id, endpoint_)));
   standby_ = c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), server);
 }
 
@@ -325,8 +324,8 @@ void Recovery::check_not_passed_by(int64_t generation) const {
 }
 
 Regrouped Recovery::lead(int64_t generation, const MemberReport& mine) {
-  standby_->set(key(generation, "report/" + std::to_string(self_)), bytes(report_text(mine)));
-  standby_->set(key(generation, "leader"), bytes(std::to_string(self_)));
+  standby_->set(key(generation, "report/" + std::to_string(self_)), store_value(report_text(mine)));
+  standby_->set(key(generation, "leader"), store_value(std::to_string(self_)));
   // Each other member is probed at once, on a thread of its own. One that is silent is probed again until the join
   // window has passed (a loaded node may answer late); one that answers is awaited until it reports; a dead one
   // is not.
@@ -361,7 +360,7 @@ Regrouped Recovery::lead(int64_t generation, const MemberReport& mine) {
       if (!settled) waiting = true;
     }
     if (!waiting || Clock::now() >= deadline) break;
-    std::this_thread::sleep_for(kPoll);
+    std::this_thread::sleep_for(kRecoveryPoll);
   }
 
   GenerationList list;
@@ -403,12 +402,12 @@ Regrouped Recovery::lead(int64_t generation, const MemberReport& mine) {
   }
   if (list.formed) admit_replacements(generation, list);
   const std::string encoded = list.encode();
-  standby_->set(key(generation, "list"), bytes(encoded));
+  standby_->set(key(generation, "list"), store_value(encoded));
   return take_list(generation, encoded, standby_);
 }
 
 Regrouped Recovery::follow(int64_t generation, const compat::StorePtr& store, const MemberReport& mine) {
-  store->set(key(generation, "report/" + std::to_string(self_)), bytes(report_text(mine)));
+  store->set(key(generation, "report/" + std::to_string(self_)), store_value(report_text(mine)));
   const std::string list_key = key(generation, "list");
   if (!wait_for_key(store, list_key, settings_.timeout + 2 * settings_.join_window)) {
     throw std::runtime_error("the leader of generation " + std::to_string(generation) + " closed no list");
@@ -482,7 +481,7 @@ void Recovery::admit_replacements(int64_t generation, GenerationList& list) {
     fields.resize(3);
     const int id = list.next_id++;
     list.members.push_back({id, 0, false, RankIdentity{fields[0], fields[1], fields[2], id}});
-    standby_->set(request + "/generation", bytes(std::to_string(generation)));
+    standby_->set(request + "/generation", store_value(std::to_string(generation)));
   }
 }
 
@@ -525,7 +524,7 @@ Regrouped Recovery::join(const std::string& group_file_path, const std::function
       if (found.state == Probe::Answered) {
         const int64_t ticket = found.store->add(kJoinTickets, 1);
         const std::string request = join_request_key(ticket);
-        found.store->set(request, bytes(host_name() + "\t" + dist_.device.str() + "\t" + endpoint_));
+        found.store->set(request, store_value(host_name() + "\t" + dist_.device.str() + "\t" + endpoint_));
         asked("asked rank " + std::to_string(leader.id) + " to join the run (request " + std::to_string(ticket) + ")");
         why = "rank " + std::to_string(leader.id) + " did not admit this replacement within the timeout";
         if (wait_for_key(found.store, request + "/generation", settings_.timeout)) {

@@ -15,6 +15,9 @@
 #include "ddp_runtime/training/error_message.hpp"
 
 namespace ddp::runtime {
+
+std::vector<uint8_t> store_value(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+
 namespace {
 
 constexpr std::size_t kShaBlock = 64;
@@ -63,7 +66,7 @@ std::string store_key_prefix(const Launch& launch) {
 
 compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& launch) {
   const std::string proof = store_proof(launch);
-  store->set(kStoreProofKey, std::vector<uint8_t>(proof.begin(), proof.end()));
+  store->set(kStoreProofKey, store_value(proof));
   return under_prefix(launch, store);
 }
 

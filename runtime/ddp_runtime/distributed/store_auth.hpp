@@ -16,7 +16,9 @@
 // HMAC-SHA1 (RFC 2104) over LibTorch's own SHA-1 (c10/util/hash.h), which every LibTorch ships; HMAC-SHA1 stays a
 // sound keyed hash (RFC 6151), whatever SHA-1's collisions.
 #include <chrono>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/launch.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
@@ -24,6 +26,9 @@
 namespace ddp::runtime {
 
 constexpr char kStoreProofKey[] = "ddp-train/store-proof";
+
+// A text as the bytes of a store value.
+std::vector<uint8_t> store_value(const std::string& text);
 
 // HMAC-SHA1 of `message` under `key`, as 40 hex digits.
 std::string hmac_sha1_hex(const std::string& key, const std::string& message);
