@@ -8,6 +8,9 @@
 #   ./run.sh nccl [CTEST ARGS]
 #                            the NCCL leg alone: ddp-train and the runtime's tests built against Debian 13's CUDA
 #                            LibTorch (in build-debian13-nccl/), tests run without a GPU; part of `test` (debian13)
+#   ./run.sh pcluster        the ParallelCluster leg alone: a root like a ParallelCluster head node with Slurm 25.11
+#                            built from ../shared/slurm into /opt/slurm (cached), where the head-node action installs
+#                            slurm-ddp from a tarball of this checkout and tests/pcluster runs it; part of `test`
 # Stacks: debian12 (Slurm 22.05, LibTorch 1.13, OpenMPI 4.1), debian13 (Slurm 24.11, LibTorch 2.6, OpenMPI 5) and
 # debian14 (forky, Debian testing: Slurm 26.05, LibTorch 2.14, OpenMPI 6).
 # The one this machine runs is tested here; the others in a Debian root file system that tests/stacks/root.sh makes
@@ -27,7 +30,7 @@ PACKAGES=(
   libtorch-dev libgloo-dev libopenblas0-pthread python3-torch
   libgtest-dev nlohmann-json3-dev nettle-dev
   iproute2 procps psmisc util-linux e2fsprogs shellcheck python3-yaml clang-format
-  file dpkg-dev bc debootstrap
+  file dpkg-dev bc debootstrap rpm
   runc charliecloud-runtime
 )
 declare -A RELEASE_OF=([debian12]=bookworm [debian13]=trixie [debian14]=forky)
@@ -191,6 +194,21 @@ nccl_leg() {
 }
 # ---- end of the NCCL leg
 
+# ---- ParallelCluster leg (tests/stacks/pcluster.sh, tests/pcluster): the root and its packages (network), Slurm
+# 25.11.6 built into it once per machine, then the leg, from a tarball of this checkout (build-pcluster/), as an admin
+# uploads it. Small on purpose: the whole suite runs on the three stacks; this leg checks the install and the
+# contract on ParallelCluster's Slurm and layout.
+pcluster_dir() { echo "$ROOT/build-pcluster"; }
+pcluster_prepare() { "$ROOT/tests/stacks/pcluster.sh" prepare; }
+pcluster_build() { "$ROOT/tests/stacks/pcluster.sh" build-slurm; }
+pcluster_test() {
+  mkdir -p "$(pcluster_dir)"
+  "$ROOT/tests/stacks/pcluster.sh" tarball "$(pcluster_dir)/slurm-ddp.tar.gz"
+  "$ROOT/tests/stacks/pcluster.sh" test "$(pcluster_dir)/slurm-ddp.tar.gz"
+}
+pcluster_leg() { pcluster_prepare && pcluster_build && pcluster_test; }
+# ---- end of the ParallelCluster leg
+
 # Tests of one stack: here, or inside its root (packages installed with the host's network, tests in a network
 # namespace of their own, so that they meet neither the network nor a test cluster of this machine).
 test_stack() {
@@ -273,6 +291,7 @@ wait_for_mark() {  # STATE NAME: 0 once NAME is ok, 1 once it failed (its log pr
 prepare_lane() {  # STATE
   local state=$1 s
   for s in $(pipeline_stacks); do [ "$s" = "$(host_stack)" ] || mark "$state" "prepare-$s" prepare_root "$s"; done
+  mark "$state" prepare-pcluster pcluster_prepare
   mark "$state" prepare-cuda in_root_online debian13 tests/stacks/cuda_libtorch.sh fetch
 }
 
@@ -295,6 +314,12 @@ build_lane() {  # STATE
       touch "$state/build-$s.failed"
     fi
   done
+  # Slurm for the ParallelCluster leg (minutes once per machine, then cached), before the legs that take a minute.
+  if wait_for_mark "$state" prepare-pcluster >/dev/null; then
+    mark "$state" build-pcluster pcluster_build
+  else
+    touch "$state/build-pcluster.failed"
+  fi
   mark "$state" build-sanitizer sanitizer_build
   if wait_for_mark "$state" prepare-cuda >/dev/null; then
     mark "$state" build-nccl in_root debian13 ./run.sh __nccl_build
@@ -313,13 +338,14 @@ plan_suites() {  # CTEST ARGS...
     SUITE_RUN[$s]="in_root $s ./run.sh __test $(printf '%q ' "$@")"
   done
   [ $# -eq 0 ] || return 0
-  # With the whole suite only: the sanitizer leg and the NCCL leg, built in this order after the stacks.
-  SUITE_ORDER+=(sanitizer nccl)
+  # With the whole suite only: the ParallelCluster, sanitizer and NCCL legs, built in this order after the stacks.
+  SUITE_ORDER+=(pcluster sanitizer nccl)
+  SUITE_RUN[pcluster]="pcluster_test"
   SUITE_RUN[sanitizer]="sanitizer_tests"
   SUITE_RUN[nccl]="in_root debian13 ./run.sh __nccl_test"
 }
 
-build_of() { case $1 in sanitizer) echo build-sanitizer ;; nccl) echo build-nccl ;; *) echo "build-$1" ;; esac; }
+build_of() { case $1 in sanitizer) echo build-sanitizer ;; nccl) echo build-nccl ;; pcluster) echo build-pcluster ;; *) echo "build-$1" ;; esac; }
 
 # Runs the suites, at most DDP_TEST_LANES at once; each one's output is printed whole when it ends.
 # Sets SUITES_FAILED.
@@ -462,6 +488,7 @@ case "${1:-demo}" in
   test) shift; cmd_test "$@" ;;
   demo) install_packages; build; exec "$ROOT/tests/cluster/demo.sh" "$(build_dir "$(host_stack)")" ;;
   nccl) shift; nccl_leg "$@" ;;
+  pcluster) pcluster_leg ;;
   __install) install_packages ;;  # inside a root, with the host's network (test_stack)
   __nccl) shift; nccl_build && nccl_configure_checks && nccl_tests "$@" ;;  # inside the trixie root, or on Debian 13 (nccl_leg)
   # The pipeline's parts (run_pipeline), inside a root or here.
@@ -471,5 +498,5 @@ case "${1:-demo}" in
   __test) shift; run_tests "$@" ;;
   __nccl_build) nccl_build && nccl_configure_checks ;;
   __nccl_test) shift; nccl_tests "$@" ;;
-  *) echo "usage: $0 [demo|test [--stack debian12|debian13|debian14] [CTEST ARGS]|setup|nccl [CTEST ARGS]]" >&2; exit 2 ;;
+  *) echo "usage: $0 [demo|test [--stack debian12|debian13|debian14] [CTEST ARGS]|setup|nccl [CTEST ARGS]|pcluster]" >&2; exit 2 ;;
 esac

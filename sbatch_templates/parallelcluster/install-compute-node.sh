@@ -32,8 +32,10 @@ fix_for() {  # SONAME FILE
 }
 
 check_loads() {  # FILE
-  local missing lib
-  missing=$(ldd "$1" 2>&1 | awk '/not found/ {print $1}')
+  local missing lib out
+  out=$(ldd "$1" 2>&1) || true
+  # "NAME => not found", or the loader's own error ("error while loading shared libraries: PATH: file too short").
+  missing=$(awk '/not found/ {print $1} /error while loading shared libraries/ {n = split($0, f, ": "); print f[n - 1]}' <<<"$out")
   [ -z "$missing" ] && return 0
   for lib in $missing; do
     echo "$PROGRAM: $1 cannot load on $(hostname): $lib not found: $(fix_for "$lib" "$1")" >&2

@@ -76,6 +76,13 @@ check_prerequisites() {
     die "ddp-train was not built; install what is named above and run again"
   fi
   find_torch_dir
+  # LibTorch's c10d headers include Gloo's: a pip or conda wheel has them in torch/include, a distribution's
+  # LibTorch may have them in a package of their own (Debian: libgloo-dev).
+  local torch_prefix
+  torch_prefix=$(cd "$torch_dir/../../.." && pwd)
+  if [ ! -f "$torch_prefix/include/gloo/rendezvous/store.h" ] && [ ! -f /usr/include/gloo/rendezvous/store.h ]; then
+    die "LibTorch $torch_version ($torch_dir) has no Gloo headers (gloo/rendezvous/store.h), which its c10d headers include: install them (Debian and Ubuntu: apt-get install -y libgloo-dev), or use a pip or conda PyTorch; nothing was built"
+  fi
 }
 
 # Keyed by what the binary is built from: the source tree, and the LibTorch it links.

@@ -64,7 +64,7 @@ check_daemons_survive() {
   run_on_cluster srun -N2 -n2 true || fail "steps no longer run after the failures"
   assert_eq "" "$(run_on_cluster sinfo -h -t drain,drained,down -o %N)" "no node drained or down"
   "$CLUSTER_SH" pgrep -x slurmctld >/dev/null || fail "slurmctld died"
-  assert_eq 2 "$("$CLUSTER_SH" pgrep -x slurmd | wc -l)" "both slurmd alive"
+  assert_eq "$DDP_CLUSTER_NNODES" "$("$CLUSTER_SH" pgrep -x slurmd | wc -l)" "every slurmd alive"
 }
 
 check_bad_options

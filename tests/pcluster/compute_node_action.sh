@@ -14,23 +14,25 @@ for k in $(seq "$DDP_CLUSTER_NNODES"); do
   assert_eq "install-compute-node: node$k sees /opt/slurm/lib/slurm/ddp.so and /opt/slurm-ddp/bin/ddp-train" "$out" "node$k"
 done
 
-# A node without libhwloc.so.15: the library is replaced by an empty file in a mount namespace of this run alone.
-hwloc=$(ldd /opt/slurm/lib/slurm/ddp.so | awk '/libhwloc/ {print $3}')
-[ -n "$hwloc" ] || fail "ddp.so does not load hwloc: $(ldd /opt/slurm/lib/slurm/ddp.so)"
-hwloc=$(readlink -f "$hwloc")
+# A node without libhwloc.so.15: in a mount namespace of this run alone, the library directory is seen through an
+# overlay in which the library is removed (the dynamic loader then finds no such file, as on a node that lacks it).
+dir=$(dirname "$(readlink -f "$(ldd /opt/slurm/lib/slurm/ddp.so | awk '/libhwloc/ {print $3}')")")
+[ -d "$dir" ] || fail "ddp.so does not load hwloc: $(ldd /opt/slurm/lib/slurm/ddp.so)"
 # shellcheck disable=SC2016  # expanded by the inner shell
-assert_fails "a node without libhwloc" on_node node2 unshare --mount --propagation private sh -c \
-  'mount --bind /dev/null "$1" && exec "$2"' sh "$hwloc" "$ACTION"
+without_hwloc='t=$(mktemp -d) && mount -t tmpfs none "$t" && mkdir "$t/u" "$t/w" "$t/m" &&
+  mount -t overlay none -o "lowerdir=$1,upperdir=$t/u,workdir=$t/w" "$t/m" && rm -f "$t/m"/libhwloc.so* &&
+  mount --bind "$t/m" "$1" && if [ -n "$3" ]; then mount --bind "$3" /etc/os-release; fi && exec "$2"'
+assert_fails "a node without libhwloc" on_node node2 unshare --mount --propagation private sh -c "$without_hwloc" sh "$dir" "$ACTION" ""
 assert_contains "$FAILED_OUTPUT" "install-compute-node: /opt/slurm/lib/slurm/ddp.so cannot load on node2: libhwloc.so.15 not found: apt-get install -y libhwloc15" \
   "the missing library and this system's package"
 assert_contains "$FAILED_OUTPUT" "this node cannot run slurm-ddp; install what is named above and run this again" "the verdict"
 echo "refused, a node without hwloc: $(head -n 1 <<<"$FAILED_OUTPUT")"
-# The same on Amazon Linux 2023 and RHEL 9 names their package (the os-release of each, as those systems ship it).
+# The same on Amazon Linux 2023 and RHEL 9 names their package (the os-release lines of each).
 for system in 'ID="amzn" VERSION_ID="2023" ID_LIKE="fedora"|dnf install -y hwloc-libs' 'ID="rhel" VERSION_ID="9.4" ID_LIKE="fedora"|dnf install -y hwloc-libs'; do
+  # shellcheck disable=SC2086  # one line per word
   printf '%s\n' ${system%%|*} >"$TEST_DIR/os-release"
-  # shellcheck disable=SC2016
   assert_fails "a node without libhwloc (${system%%|*})" on_node node2 unshare --mount --propagation private sh -c \
-    'mount --bind /dev/null "$1" && mount --bind "$3" /etc/os-release && exec "$2"' sh "$hwloc" "$ACTION" "$TEST_DIR/os-release"
+    "$without_hwloc" sh "$dir" "$ACTION" "$TEST_DIR/os-release"
   assert_contains "$FAILED_OUTPUT" "libhwloc.so.15 not found: ${system#*|}" "the package on ${system%%|*}"
 done
 out=$(on_node node2 "$ACTION" 2>&1) || fail "node2 with its library again: $out"

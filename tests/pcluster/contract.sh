@@ -15,7 +15,19 @@ trap 'rm -rf "$probe_dir"' EXIT
 gcc -shared -fPIC -O2 -I/opt/slurm/include -o "$probe_dir/spank_probe.so" "$CLUSTER_TESTS/spank_probe.c"
 chmod 0755 "$probe_dir" "$probe_dir/spank_probe.so"
 export DDP_SPANK_PROBE=$probe_dir/spank_probe.so
-# The tests rewrite the plugstack file and put it back: ParallelCluster's include line, with pyxis's snippet and ours.
+# The admin's defaults of the action's plugstack line reach every task: the snapshot directory's template, expanded.
+snippet=/opt/slurm/etc/plugstack.conf.d/zz-ddp.conf
+line=$(cat "$snippet")
+case $line in *" snapshot_dir=$DDP_CLUSTER_SHARED/%u/ddp-snapshots/%x-%j"*) ;; *) echo "FAIL contract: the snippet is $line"; exit 1 ;; esac
+dirs=$(cd "$DDP_CLUSTER_SHARED" && setpriv --reuid="$DDP_CLUSTER_USER" --regid="$DDP_CLUSTER_USER" --init-groups \
+  env -i PATH="$PATH" SLURM_CONF="$SLURM_CONF" srun -J contract --ddp -N2 -n2 printenv DDP_SNAPSHOT_DIR | sort -u) || true
+job_dir="$DDP_CLUSTER_SHARED/$DDP_CLUSTER_USER/ddp-snapshots/contract-"
+case $dirs in "$job_dir"[0-9]*) ;; *) echo "FAIL contract: DDP_SNAPSHOT_DIR from the admin's snapshot_dir: [$dirs], not $job_dir<job id>"; exit 1 ;; esac
+echo "contract: the admin's snapshot_dir reached the tasks: $dirs"
+# tests/cluster's scripts expect ddp.so's line without admin defaults (their expected environments): for them, the
+# snippet names the plugin alone; it is put back after. They rewrite the plugstack file and put it back themselves.
+echo "required $DDP_PLUGIN" >"$snippet"
+trap 'echo "$line" >"$snippet"; rm -rf "$probe_dir"' EXIT
 failed=()
 for test in spank_versions.sh ddp_env.sh ddp_sbatch.sh ddp_bad_input.sh ddp_torch.sh; do
   echo "contract: --- $test"

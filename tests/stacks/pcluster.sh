@@ -19,7 +19,8 @@
 #   at /opt/pmix), libjwt (1.18 there, 1.10 here, at /opt/libjwt) and munge; and the other libraries of the
 #   configure line (Slurm's README in ../shared/slurm).
 # - TEST_PACKAGES: what the test cluster runs on (namespaces, processes) and the admin's PyTorch: Debian's
-#   python3-torch with its LibTorch headers stands in for a pip or conda PyTorch.
+#   python3-torch with its LibTorch headers stands in for a pip or conda PyTorch (whose wheel has Gloo's headers
+#   inside; Debian's are libgloo-dev's).
 # - DOWNLOADED_PACKAGES: fetched into apt's cache, not installed: the leg installs cmake offline after the action
 #   named it as missing for ddp-train (the fix an admin runs, then the rerun).
 set -Eeuo pipefail
@@ -34,7 +35,7 @@ readonly AMI_PACKAGES=(gcc g++ make libc6-dev binutils libhwloc-dev python3 curl
   libcurl4-openssl-dev libpam0g-dev libdbus-1-dev libevent-dev automake autoconf libtool)
 readonly STANDIN_PACKAGES=(libpmix-dev libjwt-dev libmunge-dev munge libjson-c-dev libhttp-parser-dev libyaml-dev
   libmariadb-dev-compat liblua5.3-dev perl)
-readonly TEST_PACKAGES=(util-linux procps psmisc python3-torch libtorch-dev libopenblas0-pthread)
+readonly TEST_PACKAGES=(util-linux procps psmisc python3-torch libtorch-dev libgloo-dev libopenblas0-pthread)
 readonly DOWNLOADED_PACKAGES=(cmake)
 
 say() { echo "pcluster.sh: $*" >&2; }
