@@ -18,7 +18,8 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument '$1'" ;;
   esac
 done
-[ -n "$plugin_dir" ] || plugin_dir=$(dirname "$(find "$prefix/lib" "$prefix/lib64" -maxdepth 3 -name auth_munge.so 2>/dev/null | head -n 1)")
+# One of lib and lib64 is usually missing: find's complaint about it is no failure here.
+[ -n "$plugin_dir" ] || plugin_dir=$(dirname "$(find "$prefix/lib" "$prefix/lib64" -maxdepth 3 -name auth_munge.so 2>/dev/null | head -n 1 || true)")
 [ -f "$plugin_dir/ddp.so" ] || die "no ddp.so in $plugin_dir: run install-head-node.sh on the head node first"
 
 # What a library's name says to install: hwloc's from the system, LibTorch's from the Python it was built against.

@@ -97,7 +97,10 @@ locate_slurm() {
   [ -r "$prefix/include/slurm/spank.h" ] ||
     die "no $prefix/include/slurm/spank.h: this Slurm has no headers; give the prefix of a Slurm installed with them with --slurm-prefix (ParallelCluster: /opt/slurm; Debian and Ubuntu: apt-get install libslurm-dev)"
   [ -x "$prefix/bin/srun" ] || die "no $prefix/bin/srun: give the Slurm prefix with --slurm-prefix"
-  running_config=$(SLURM_CONF=${slurm_conf:-${SLURM_CONF:-}} timeout 20 "$prefix/bin/scontrol" show config 2>/dev/null || true)
+  # The running Slurm's own view, where its controller answers (with the slurm.conf given, else Slurm's default).
+  local conf_env=()
+  [ -z "${slurm_conf:-${SLURM_CONF:-}}" ] || conf_env=(SLURM_CONF="${slurm_conf:-$SLURM_CONF}")
+  running_config=$(env "${conf_env[@]}" timeout 20 "$prefix/bin/scontrol" show config 2>/dev/null || true)
   if [ -z "$slurm_conf" ]; then
     local candidate pcs_conf=""
     case $prefix in /opt/aws/pcs/scheduler/slurm-*) pcs_conf=/etc/aws/pcs/scheduler/$(basename "$prefix")/slurm.conf ;; esac
@@ -132,7 +135,8 @@ locate_targets() {
   [ -n "$plugin_dir" ] || plugin_dir=$(conf_value PluginDir | cut -d: -f1)
   if [ -z "$plugin_dir" ]; then
     local found
-    found=$(find "$prefix/lib" "$prefix/lib64" -maxdepth 3 -name auth_munge.so 2>/dev/null | head -n 1)
+    # One of lib and lib64 is usually missing: find's complaint about it is no failure here.
+    found=$(find "$prefix/lib" "$prefix/lib64" -maxdepth 3 -name auth_munge.so 2>/dev/null | head -n 1 || true)
     [ -n "$found" ] || die "cannot find Slurm's plugin directory: give it with --plugin-dir"
     plugin_dir=$(dirname "$found")
   fi

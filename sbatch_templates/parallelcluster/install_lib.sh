@@ -17,7 +17,7 @@ install_command() {  # PIECE: cxx | cc | make | hwloc | cmake | zlib | hwloc-run
   like=$(. "${DDP_OS_RELEASE:-/etc/os-release}" 2>/dev/null && echo "${ID_LIKE:-}")
   case " $id $like " in
     *" debian "* | *" ubuntu "*)
-      case $1 in cxx) pkg=g++ ;; cc) pkg=gcc ;; make) pkg=make ;; hwloc) pkg=libhwloc-dev ;; cmake) pkg=cmake ;;
+      case $1 in cxx) pkg=g++ ;; cc) pkg="gcc" ;; make) pkg="make" ;; hwloc) pkg=libhwloc-dev ;; cmake) pkg=cmake ;;
         zlib) pkg=zlib1g-dev ;; hwloc-runtime) pkg=libhwloc15 ;; esac
       echo "apt-get install -y $pkg" ;;
     *" amzn "* | *" rhel "* | *" fedora "* | *" centos "*)
@@ -26,7 +26,7 @@ install_command() {  # PIECE: cxx | cc | make | hwloc | cmake | zlib | hwloc-run
       version=$(. "${DDP_OS_RELEASE:-/etc/os-release}" 2>/dev/null && echo "${VERSION_ID:-}")
       # Amazon Linux 2 has yum, and names CMake 3 cmake3 (its cmake is 2.8).
       if [ "$id" = amzn ] && [ "$version" = 2 ]; then tool=yum; fi
-      case $1 in cxx) pkg=gcc-c++ ;; cc) pkg=gcc ;; make) pkg=make ;; hwloc) pkg=hwloc-devel ;; zlib) pkg=zlib-devel ;;
+      case $1 in cxx) pkg=gcc-c++ ;; cc) pkg="gcc" ;; make) pkg="make" ;; hwloc) pkg=hwloc-devel ;; zlib) pkg=zlib-devel ;;
         cmake) if [ "$tool" = yum ]; then pkg=cmake3; else pkg=cmake; fi ;; hwloc-runtime) pkg=hwloc-libs ;; esac
       echo "$tool install -y $pkg" ;;
     *)

@@ -9,7 +9,7 @@ SCRIPTS=$HERE/../../sbatch_templates/parallelcluster
 WORK=$(mktemp -d /tmp/ddp-install-commands.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-PROGRAM=test
+export PROGRAM=test  # install_lib.sh's messages name it
 # shellcheck source=../../sbatch_templates/parallelcluster/install_lib.sh
 source "$SCRIPTS/install_lib.sh"
 

@@ -18,7 +18,7 @@ done
 # overlay in which the library is removed (the dynamic loader then finds no such file, as on a node that lacks it).
 dir=$(dirname "$(readlink -f "$(ldd /opt/slurm/lib/slurm/ddp.so | awk '/libhwloc/ {print $3}')")")
 [ -d "$dir" ] || fail "ddp.so does not load hwloc: $(ldd /opt/slurm/lib/slurm/ddp.so)"
-# shellcheck disable=SC2016  # expanded by the inner shell
+# shellcheck disable=SC2016  # a script for sh -c, expanded there
 without_hwloc='t=$(mktemp -d) && mount -t tmpfs none "$t" && mkdir "$t/u" "$t/w" "$t/m" &&
   mount -t overlay none -o "lowerdir=$1,upperdir=$t/u,workdir=$t/w" "$t/m" && rm -f "$t/m"/libhwloc.so* &&
   mount --bind "$t/m" "$1" && if [ -n "$3" ]; then mount --bind "$3" /etc/os-release; fi && exec "$2"'
@@ -28,7 +28,7 @@ assert_contains "$FAILED_OUTPUT" "install-compute-node: /opt/slurm/lib/slurm/ddp
 assert_contains "$FAILED_OUTPUT" "this node cannot run slurm-ddp; install what is named above and run this again" "the verdict"
 echo "refused, a node without hwloc: $(head -n 1 <<<"$FAILED_OUTPUT")"
 # The same on Amazon Linux 2023 and RHEL 9 names their package (the os-release lines of each).
-for system in 'ID="amzn" VERSION_ID="2023" ID_LIKE="fedora"|dnf install -y hwloc-libs' 'ID="rhel" VERSION_ID="9.4" ID_LIKE="fedora"|dnf install -y hwloc-libs'; do
+for system in 'ID=amzn VERSION_ID=2023 ID_LIKE=fedora|dnf install -y hwloc-libs' 'ID=rhel VERSION_ID=9.4 ID_LIKE=fedora|dnf install -y hwloc-libs'; do
   # shellcheck disable=SC2086  # one line per word
   printf '%s\n' ${system%%|*} >"$TEST_DIR/os-release"
   assert_fails "a node without libhwloc (${system%%|*})" on_node node2 unshare --mount --propagation private sh -c \

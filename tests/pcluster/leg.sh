@@ -4,7 +4,7 @@
 # /opt/slurm, the AMI's compilers and hwloc headers, no cmake), seen through an overlay, so that every run starts
 # from the same fresh head node.
 #
-#   leg.sh TARBALL
+#   leg.sh TARBALL [FEATURE.sh ...]      (FEATURE.sh: only these after the head-node action; default: all)
 #
 # Brings up a 3-node cluster of that Slurm (slurmctld on the "head node", a slurmd per node sharing /opt/slurm, the
 # configuration in /opt/slurm/etc, plugstack.conf including plugstack.conf.d/* after pyxis's snippet), then runs one
@@ -53,11 +53,8 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "leg.sh: the head-node action failed; nothing else can run" >&2
   exit 1
 fi
-run compute_node_action.sh
-run contract.sh
-run templates.sh
-run upgrade.sh
-run layouts.sh
-run srun_cost.sh
+features=("${@:2}")
+[ ${#features[@]} -gt 0 ] || features=(compute_node_action.sh contract.sh templates.sh upgrade.sh layouts.sh srun_cost.sh)
+for feature in "${features[@]}"; do run "$feature"; done
 echo "leg.sh: ParallelCluster leg done in $((SECONDS - t0)) s${failed[*]:+; FAILED: ${failed[*]}}"
 [ ${#failed[@]} -eq 0 ]

@@ -6,7 +6,8 @@
 #   pcluster.sh prepare         the root and its packages (needs the network; from the host)
 #   pcluster.sh build-slurm     Slurm into the root's /opt/slurm, once per machine: skipped while the cached build is
 #                               of the same source and configure line (no network; from the host)
-#   pcluster.sh test TARBALL    the leg (tests/pcluster/leg.sh), inside the root seen through an overlay (whatever
+#   pcluster.sh test TARBALL [FEATURE.sh ...]
+#                               the leg (tests/pcluster/leg.sh), inside the root seen through an overlay (whatever
 #                               the leg installs is gone after it) and without network, from TARBALL: a tarball of
 #                               this source tree, as an admin uploads it to S3
 #   pcluster.sh tarball FILE    write that tarball of this checkout's files (git ls-files) to FILE
@@ -119,9 +120,9 @@ cmd_tarball() {
 }
 
 cmd_test() {
-  local tarball=${1:?test TARBALL}
+  local tarball=${1:?test TARBALL [FEATURE.sh ...]}
   [ -f "$tarball" ] || die "no tarball $tarball: make one with pcluster.sh tarball FILE"
-  in_root --isolated --overlay -- "$ROOT/tests/pcluster/leg.sh" "$tarball"
+  in_root --isolated --overlay -- "$ROOT/tests/pcluster/leg.sh" "$@"
 }
 
 case ${1:-} in
