@@ -9,7 +9,7 @@
 #                            the NCCL leg alone: ddp-train and the runtime's tests built against Debian 13's CUDA
 #                            LibTorch (in build-debian13-nccl/), tests run without a GPU; part of `test` (debian13)
 #   ./run.sh pcluster        the ParallelCluster leg alone: a root like a ParallelCluster head node with Slurm 25.11
-#                            built from ../shared/slurm into /opt/slurm (cached), where the head-node action installs
+#                            built from third_party/slurm into /opt/slurm (cached), where the head-node action installs
 #                            slurm-ddp from a tarball of this checkout and tests/pcluster runs it; part of `test`
 # Stacks: debian12 (Slurm 22.05, LibTorch 1.13, OpenMPI 4.1), debian13 (Slurm 24.11, LibTorch 2.6, OpenMPI 5) and
 # debian14 (forky, Debian testing: Slurm 26.05, LibTorch 2.14, OpenMPI 6).

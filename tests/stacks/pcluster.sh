@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The ParallelCluster stack: a Debian 12 root (tests/stacks/root.sh, named pcluster) made to look like an AWS
-# ParallelCluster head node, with Slurm 25.11.6 built from ../shared/slurm's source into /opt/slurm the way
+# ParallelCluster head node, with Slurm 25.11.6 built from third_party/slurm's source into /opt/slurm the way
 # ParallelCluster's cookbook builds it, and the leg that installs and runs slurm-ddp there as an admin would.
 #
 #   pcluster.sh prepare         the root and its packages (needs the network; from the host)
@@ -18,7 +18,7 @@
 #   no JSON library, no pkg-config of our asking.
 # - STANDIN_PACKAGES: Debian 12's packages for what the cookbook builds itself: PMIx (5 there, libpmix-dev 4.2 here,
 #   at /opt/pmix), libjwt (1.18 there, 1.10 here, at /opt/libjwt) and munge; and the other libraries of the
-#   configure line (Slurm's README in ../shared/slurm).
+#   configure line (Slurm's build dependencies).
 # - TEST_PACKAGES: what the test cluster runs on (namespaces, processes) and the admin's PyTorch: Debian's
 #   python3-torch with its LibTorch headers stands in for a pip or conda PyTorch (whose wheel has Gloo's headers
 #   inside; Debian's are libgloo-dev's).
@@ -29,7 +29,8 @@ set -Eeuo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 readonly ROOT
 readonly NAME=pcluster
-readonly SLURM_TARBALL=${DDP_SLURM_SOURCE:-$ROOT/../shared/slurm/slurm-25.11.6.tar.bz2}
+readonly SLURM_TARBALL=${DDP_SLURM_SOURCE:-$ROOT/third_party/slurm/slurm-25.11.6.tar.bz2}
+readonly SLURM_SHA256=02f778ede152ed94a785d5900f84ea0ded8318f27e4290caf490509f430b359b  # third_party/slurm/README.md
 # The cookbook's configure line (install_slurm.rb), and its install targets.
 readonly CONFIGURE=(--prefix=/opt/slurm --with-pmix=/opt/pmix --with-jwt=/opt/libjwt --enable-slurmrestd)
 readonly AMI_PACKAGES=(gcc g++ make libc6-dev binutils libhwloc-dev python3 curl jq bzip2 xz-utils iproute2
@@ -76,7 +77,9 @@ install_packages() {
 build_key() { echo "$(sha256sum <"$SLURM_TARBALL" | cut -d' ' -f1) ${CONFIGURE[*]}"; }
 
 cmd_build_slurm() {
-  [ -r "$SLURM_TARBALL" ] || die "no Slurm source at $SLURM_TARBALL (../shared/slurm); set DDP_SLURM_SOURCE"
+  [ -r "$SLURM_TARBALL" ] || die "no Slurm source at $SLURM_TARBALL; set DDP_SLURM_SOURCE"
+  [ -n "${DDP_SLURM_SOURCE:-}" ] || [ "$(sha256sum <"$SLURM_TARBALL" | cut -d' ' -f1)" = "$SLURM_SHA256" ] ||
+    die "$SLURM_TARBALL does not have the SHA-256 of third_party/slurm/README.md; restore it from git"
   local dir
   dir=$("$ROOT/tests/stacks/root.sh" path "$NAME")
   if [ "$(cat "$dir/opt/slurm/.ddp-build" 2>/dev/null)" = "$(build_key)" ]; then
