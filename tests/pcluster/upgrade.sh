@@ -13,10 +13,13 @@ ACTION=$TEST_DIR/pcluster-head-node.sh
 tar -xzf "$PCLUSTER_TARBALL" -O slurm-ddp/sbatch_templates/parallelcluster/pcluster-head-node.sh >"$ACTION"
 chmod 0755 "$ACTION"
 
+# Each environment is read whole before it is searched: in `tr | grep -q` under pipefail, grep's early exit can fail
+# tr, and a process is missed.
 ranks_of() {  # JOBID: the job's ddp-train processes
-  local pid
+  local pid environ
   for pid in $("$CLUSTER_SH" pgrep -u "$DDP_CLUSTER_USER" -x ddp-train); do
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qFx "SLURM_JOB_ID=$1" && echo "$pid"
+    environ=$({ tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null) || continue
+    grep -qFx "SLURM_JOB_ID=$1" <<<"$environ" && echo "$pid"
   done | sort -n | tr '\n' ' '
 }
 
