@@ -303,6 +303,18 @@ TEST_F(RecoverInPlace, BelowMinRanksASnapshotIsWrittenAndARestartResumesItBitFor
                          "this rank wrote a snapshot of step "))
         << output;
   }
+  // A replacement for the killed rank (ddp-restart starts one for each failed task) is told at once that the run
+  // ended, rather than waiting twice the timeout for a rank 0 that is gone.
+  {
+    std::vector<std::string> replacement = recovering_run(dir, args);
+    replacement.push_back("--join");
+    Ranks late;
+    late.processes.push_back(testing::spawn(replacement, {}, dir + "/replacement.log"));
+    EXPECT_EQ(testing::wait_at_most(late[0], std::chrono::seconds(30)), 1);
+    const std::string output = testing::read_text(dir + "/replacement.log");
+    EXPECT_TRUE(contains(output, "this replacement could not join the run: it has ended (" + dir + "/.ddp-group-"))
+        << output;
+  }
   const auto resumed = testing::run_ranks(3, recovering_run(dir, args), dir);
   for (const auto& rank : resumed) ASSERT_EQ(rank.status, 0) << rank.output;
   EXPECT_TRUE(contains(resumed[0].output, "Resuming training from snapshot at Epoch ")) << resumed[0].output;

@@ -316,6 +316,7 @@ class Trainer {
   [[noreturn]] void fall_back(const Regrouped& regrouped, const std::string& why);
   void report_recovery();
   void write_group_file();
+  void mark_group_ended(SnapshotStore& store);
   SnapshotStore& snapshot_store();
 
   Distributed& dist_;
@@ -586,12 +587,16 @@ void Trainer::finish() {
   if (model_.write_torchscript(options_.output_script)) {
     console_.line("TorchScript model saved at " + options_.output_script);
   }
-  if (recovery_ != nullptr) {
-    try {
-      store_->write_file(group_file_name(options_.run_id), Recovery::ended_group_file());
-    } catch (const std::exception& e) {
-      console_.warn("the group file was not marked as ended: " + error_message(e));
-    }
+  mark_group_ended(*store_);
+}
+
+// The run's group file says it ended: a replacement that reads it gives up at once.
+void Trainer::mark_group_ended(SnapshotStore& store) {
+  if (recovery_ == nullptr) return;
+  try {
+    store.write_file(group_file_name(options_.run_id), Recovery::ended_group_file());
+  } catch (const std::exception& e) {
+    console_.warn("the group file was not marked as ended: " + error_message(e));
   }
 }
 
@@ -835,7 +840,9 @@ void Trainer::report_recovery() {
 }
 
 // Too few ranks, or no majority: the member with the newest state writes a snapshot of it, and every member ends,
-// for a restart that resumes from it (bit for bit, as from any snapshot).
+// for a restart that resumes from it (bit for bit, as from any snapshot). That member also marks the group file as
+// ended: a replacement waiting to join this run (ddp-restart started one for a task that failed) then leaves at
+// once, rather than after twice --timeout for a rank 0 that is gone, and the restart is not held up by it.
 void Trainer::fall_back(const Regrouped& regrouped, const std::string& why) {
   const std::string lost = describe_lost(regrouped.lost);
   std::string message = (lost.empty() ? std::string("no rank") : lost) +
@@ -848,6 +855,7 @@ void Trainer::fall_back(const Regrouped& regrouped, const std::string& why) {
     console_.line("Epoch " + std::to_string(progress_.epochs_run) + " | Training snapshot saved at " + path);
     message += "; this rank wrote a snapshot of step " + std::to_string(progress_.global_step) + " (" + path +
                "): restart the step to resume from it";
+    mark_group_ended(store);
   } else {
     message += "; the rank with the newest state writes a snapshot of step " + std::to_string(regrouped.source_step) +
                ": restart the step to resume from it";
