@@ -84,5 +84,25 @@ TEST(JoinTickets, ARequestFoundWrittenAfterThePatienceIsTakenIn) {
   EXPECT_EQ(tickets.take(1, requests.view(), t0 + seconds(9)), Tickets{1});
 }
 
+// Anyone who reaches rank 0's store can move the ticket counter: moved to 2^40, one look awaits the newest tickets
+// only (it used to await every one, and rank 0 hung), and a request written under the newest is still taken in.
+TEST(JoinTickets, ACounterMovedFarAheadIsLookedAtInBoundedWork) {
+  JoinTickets tickets(seconds(5));
+  Requests requests;
+  const int64_t far = int64_t{1} << 40;
+  int64_t asked = 0;
+  const JoinTickets::Written counting = [&](int64_t ticket) {
+    ++asked;
+    return requests.written.count(ticket) > 0;
+  };
+  EXPECT_FALSE(tickets.pending(far, counting, t0));
+  EXPECT_LE(asked, JoinTickets::kAwaitedAtMost);
+  requests.written.insert(far + 1);
+  EXPECT_EQ(tickets.take(far + 1, requests.view(), t0 + seconds(1)), Tickets{far + 1});
+  // A ticket far below the newest is not awaited: its request, written now, is not taken in.
+  requests.written.insert(far - 1000);
+  EXPECT_EQ(tickets.take(far + 1, requests.view(), t0 + seconds(2)), Tickets{});
+}
+
 }  // namespace
 }  // namespace ddp::runtime

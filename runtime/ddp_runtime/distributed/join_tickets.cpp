@@ -6,8 +6,11 @@
 namespace ddp::runtime {
 
 void JoinTickets::look(int64_t taken, Clock::time_point now) {
-  for (int64_t ticket = seen_ + 1; ticket <= taken; ++ticket) awaited_.emplace(ticket, now);
+  for (int64_t ticket = std::max(seen_ + 1, taken - kAwaitedAtMost + 1); ticket <= taken; ++ticket) {
+    awaited_.emplace(ticket, now);
+  }
   seen_ = std::max(seen_, taken);
+  while (static_cast<int64_t>(awaited_.size()) > kAwaitedAtMost) awaited_.erase(awaited_.begin());
 }
 
 bool JoinTickets::pending(int64_t taken, const Written& written, Clock::time_point now) {

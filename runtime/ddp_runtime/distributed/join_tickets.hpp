@@ -6,6 +6,9 @@
 // ranks to a regroup at every step boundary (only a written request does): it is awaited for `patience` from when
 // rank 0 first looked at it (a replacement writes its request right after taking the ticket), then given up. A
 // request written after that is not taken in: its replacement's wait to be admitted times out, and it says so.
+// Whoever reaches rank 0's store can move the counter: at most kAwaitedAtMost tickets are awaited at once (the
+// newest), so a counter moved by 2^40 costs one look of that many, not 2^40 (a run has as many replacements at once
+// as tasks failed, a few).
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -20,6 +23,8 @@ class JoinTickets {
   // Whether the request under a ticket is written.
   using Written = std::function<bool(int64_t ticket)>;
 
+  static constexpr int64_t kAwaitedAtMost = 64;
+
   explicit JoinTickets(Clock::duration patience) : patience_(patience) {}
 
   // Whether a generation formed `now` would take someone in: a request written under a ticket taken since the last
@@ -31,7 +36,7 @@ class JoinTickets {
   std::vector<int64_t> take(int64_t taken, const Written& written, Clock::time_point now);
 
  private:
-  // Awaits the tickets taken since the last look, from `now`.
+  // Awaits the tickets taken since the last look, from `now`: the newest kAwaitedAtMost of all awaited.
   void look(int64_t taken, Clock::time_point now);
 
   Clock::duration patience_;
