@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# sbatch_templates/ddp-restart against a stand-in srun, scontrol and ddp-why (no Slurm needed; each case takes well
-# under a second): stop requests (SIGUSR2, SIGTERM, exit status 75) requeue the job, a cancelled job stays cancelled,
-# a request between attempts starts no further attempt, SIGTERM reaches the tasks as SIGUSR2 (srun turns its own
-# SIGTERM into SIGKILL of the tasks), srun is told to ignore SIGTERM where it can, srun's output keeps flowing after
-# the SIGTERM that Slurm sends the whole batch step, and a task that prints an "srun: error:" line of its own does
-# not decide which node failed. (tests/cluster/fault_tolerance.sh runs ddp-restart on a real Slurm.)
+# sbatch_templates/ddp-restart against a stand-in srun, scontrol, squeue, scancel and ddp-why (no Slurm needed; each
+# case takes well under a second, a replacement whose step is not found five): stop requests (SIGUSR2, SIGTERM, exit
+# status 75) requeue the job, a cancelled job stays cancelled, a request between attempts starts no further attempt,
+# SIGTERM reaches the tasks as SIGUSR2 (srun turns its own SIGTERM into SIGKILL of the tasks), srun is told to ignore
+# SIGTERM where it can, srun's output keeps flowing after the SIGTERM that Slurm sends the whole batch step, a task
+# that prints an "srun: error:" line of its own does not decide which node failed, and a replacement still waiting
+# to join when its step fell back is ended at once. (tests/cluster/fault_tolerance.sh and recover_in_place.sh run
+# ddp-restart on a real Slurm.)
 set -euo pipefail
 RESTART=$(cd "$(dirname "$0")/../../sbatch_templates" && pwd)/ddp-restart
 WORK=$(mktemp -d)
@@ -22,6 +24,12 @@ if [ "${1:-}" = --help ]; then
   exit 0
 fi
 echo "$*" >>"$FAKE_DIR/srun-calls"
+# A step of the job: its number in the steps that ever ran, its srun's pid in the file (squeue, scontrol and scancel
+# below read them).
+mkdir -p "$FAKE_DIR/steps"
+step=$(ls "$FAKE_DIR/steps" | wc -l)
+echo $$ >"$FAKE_DIR/steps/$step"
+trap 'rm -f "$FAKE_DIR/steps/$step"' EXIT
 label=""
 for arg in "$@"; do [ "$arg" != --label ] || label="0: "; done
 task() { echo "$label$*"; }             # a line of task 0 on stdout
@@ -45,6 +53,17 @@ case "$FAKE_SRUN" in
   fail)
     echo "srun: error: node1: task 0: Exited with exit code 1" >&2
     exit 1 ;;
+  replaced)  # a step that recovers in place: a task fails, it gets a replacement, the step then fails (a fallback)
+    if [ -n "${DDP_JOIN:-}" ]; then  # the replacement: waits to join, and its srun ignores SIGTERM (26.05's does)
+      trap '' TERM
+      touch "$FAKE_DIR/replacement-running"
+      while :; do sleep 0.05; done
+    fi
+    [ "$DDP_RESTART_ATTEMPT" = 0 ] || { date +%s.%N >"$FAKE_DIR/next-attempt"; exit 0; }
+    echo "srun: error: node1: task 0: Exited with exit code 1" >&2
+    while [ ! -e "$FAKE_DIR/replacement-running" ]; do sleep 0.05; done
+    date +%s.%N >"$FAKE_DIR/fallback"
+    exit 1 ;;
 esac
 EOF
 # scontrol: what slurmctld would say of the job (FAKE_JOB_STATE), and requeues recorded.
@@ -53,8 +72,31 @@ cat >"$BIN/scontrol" <<'EOF'
 case "$1 ${2:-}" in
   "show job") echo "JobId=$3 JobName=t UserId=u(1) JobState=${FAKE_JOB_STATE:-RUNNING} Reason=${FAKE_REASON:-None} Dependency=(null) Restarts=0" ;;
   "show hostnames") echo node1; echo node2 ;;
+  "show step")  # one line per step (-o), as 22.05 to 26.05 print it; none with FAKE_NO_STEPS
+    [ -z "${FAKE_NO_STEPS:-}" ] || exit 0
+    for file in "$FAKE_DIR"/steps/*; do
+      [ -e "$file" ] || continue
+      echo "StepId=42.$(basename "$file") UserId=1000 StartTime=2026-12-07T00:00:00 TimeLimit=UNLIMITED" \
+        "State=RUNNING Partition=debug NodeList=node1 Nodes=1 CPUs=1 Tasks=1 Name=program Network=(null)" \
+        "TRES=cpu=1 ResvPorts=(null) CPUFreqReq=Default Dist=Block SrunHost:Pid=node1:$(cat "$file")"
+    done ;;
   "requeue "*) echo "$2" >>"$FAKE_DIR/requeued" ;;
 esac
+EOF
+# squeue -s: the job's running steps ("%i" or "%i %N"), all on node1.
+cat >"$BIN/squeue" <<'EOF'
+#!/usr/bin/env bash
+for file in "$FAKE_DIR"/steps/*; do
+  [ -e "$file" ] || continue
+  case "$*" in *"%N"*) echo "42.$(basename "$file") node1" ;; *) echo "42.$(basename "$file")" ;; esac
+done
+EOF
+# scancel --signal=KILL JOB.STEP: the step's tasks die, and its srun with them.
+cat >"$BIN/scancel" <<'EOF'
+#!/usr/bin/env bash
+echo "$*" >>"$FAKE_DIR/scancel-calls"
+step=${*: -1}
+kill -KILL "$(cat "$FAKE_DIR/steps/${step#42.}")"
 EOF
 # ddp-why runs between attempts: with FAKE_WHY_SIGNAL, a stop request arrives right then.
 cat >"$BIN/ddp-why" <<'EOF'
@@ -82,6 +124,16 @@ expect() {  # FILE TEXT WHAT
 }
 expect_not() {  # FILE TEXT WHAT
   ! grep -qF -- "$2" "$1" || fail "$3: '$2' in $(basename "$1"):"$'\n'"$(cat "$FAKE_DIR"/out "$FAKE_DIR"/err)"
+}
+finish_within() {  # SECONDS WHAT: finish, failing when ddp-restart takes longer
+  local deadline=$((SECONDS + $1))
+  while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    pkill -KILL -P "$pid" 2>/dev/null || true
+    kill -KILL "$pid"
+    fail "$2: ddp-restart still running after $1 s:"$'\n'"$(cat "$FAKE_DIR"/err)"
+  fi
+  finish
 }
 wait_for_file() { for _ in $(seq 1200); do [ ! -e "$1" ] || return 0; sleep 0.05; done; fail "$1 never appeared"; }
 
@@ -161,4 +213,24 @@ MAX_RESTARTS=0 FAKE_SRUN=exit-75 FAKE_JOB_STATE=PENDING restart --label
 finish
 expect "$FAKE_DIR/out" "0: task 0: stopped at the step boundary" "labelled: the user's labels stay"
 expect "$FAKE_DIR/err" "Slurm requeues job 42 itself" "labelled: a job already pending"
+# A step that recovers in place falls back (its survivors end it) while a replacement still waits to join, its srun
+# ignoring SIGTERM: the replacement's step is cancelled with SIGKILL and the next attempt starts at once; where no
+# step of that srun is found, its srun is killed a few seconds later.
+for how in scancel kill; do
+  case_dir "replaced-$how"
+  FAKE_SRUN=replaced FAKE_NO_STEPS=$([ "$how" = scancel ] || echo 1) restart --ddp-recover
+  finish_within 20 "replaced, $how"
+  [ "$status" = 0 ] || fail "replaced, $how: exit status $status: $(cat "$FAKE_DIR/err")"
+  expect "$FAKE_DIR/err" "starting a replacement for the task that failed on node1" "replaced, $how"
+  if [ "$how" = scancel ]; then
+    expect "$FAKE_DIR/err" "ending the replacement in step 42.1 (scancel --signal=KILL)" "replaced: its step"
+    expect "$FAKE_DIR/scancel-calls" "--quiet --signal=KILL 42.1" "replaced: scancel of the replacement's step"
+  else
+    expect "$FAKE_DIR/err" "killing the srun of a replacement (pid" "replaced, kill"
+    [ ! -e "$FAKE_DIR/scancel-calls" ] || fail "replaced, kill: scancel ran: $(cat "$FAKE_DIR/scancel-calls")"
+  fi
+  echo "replaced, $how: from the fallback to the next attempt's start:" \
+    "$(python3 -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.1f}")' \
+      "$(cat "$FAKE_DIR/fallback")" "$(cat "$FAKE_DIR/next-attempt")") s"
+done
 echo "ddp_restart_test: every case passed"
