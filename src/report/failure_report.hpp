@@ -92,7 +92,8 @@ std::optional<ErrorReport> parse_error_report(const std::string& text, std::stri
 //                "extraInfo": {"timestamp": "<seconds since 1970>", "run_id": "<TORCHELASTIC_RUN_ID>",
 //                              "rank": <RANK>, "hostname": "<host>", "program": "ddp-train"}}}
 // errorCode is the field torchrun itself fills with a worker's exit code; the extraInfo keys after timestamp are
-// ours (torchrun reads timestamp and py_callstack and ignores the rest). `time`: seconds since 1970.
+// ours (torchrun reads timestamp and py_callstack and ignores the rest). `time`: seconds since 1970. Key material in
+// the message (core/redact.hpp) is not written.
 std::string error_report_json(const std::string& message, int exit_status, const EnvLookup& env, double time);
 
 // Writes that report to TORCHELASTIC_ERROR_FILE (set per task by srun --ddp and by torchrun) when it is set, through

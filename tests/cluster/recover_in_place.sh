@@ -10,6 +10,7 @@
 #   run's;
 # - more failures than --min-ranks allows (--min-ranks 6, one rank killed): a snapshot of the last completed step,
 #   ddp-restart starts the step again, which resumes from it and ends with the uninterrupted run's model, bit for bit.
+# Neither the jobs' output nor any text file they wrote holds key material.
 # Speed is measured in bench/recovery_bench.sh, not here.
 set -euo pipefail
 CLUSTER_SH=$(cd "$(dirname "$0")" && pwd)/cluster.sh
@@ -146,4 +147,13 @@ assert_snapshots_load "$snapshots"
 clean=$(final_loss "$TEST_DIR/baseline" "$baseline")
 faulted=$(final_loss "$dir" "$job")
 within_loss_range "$clean" "$faulted"
+# No key material (core/redact.hpp) in what the runs printed or wrote: the replacement killed while it was taken in
+# left the others waiting for its Gloo keys, and c10d's timeout names them.
+for run in "$TEST_DIR/baseline $baseline" "$TEST_DIR/fallback $fallback" "$dir $job"; do
+  read -r run_dir run_job <<<"$run"
+  leaks=$(job_output "$run_dir" "$run_job" | grep -oE '[0-9a-fA-F]{32,}' || true)
+  assert_eq "" "$leaks" "key material in the output of job $run_job"
+done
+assert_eq "" "$(find "$TEST_DIR" -type f ! -name '*.pt' -exec grep -IlE '[0-9a-fA-F]{32,}' {} + || true)" \
+  "files the runs wrote with key material in them"
 pass "in place under Slurm: stopped, two at once, right after a recovery, a replacement killed while taken in, rank 0 during a snapshot write ($writer_node) (final loss $faulted against $clean); below --min-ranks the restart resumed from the fallback's snapshot, bit for bit"

@@ -291,6 +291,17 @@ TEST(FailureReport, WhatDdpTrainWritesTheReaderReadsBack) {
   EXPECT_NE(text.find("\"hostname\": \"" + host_name() + "\""), std::string::npos) << text;
 }
 
+TEST(FailureReport, KeyNamesInTheMessageAreNotWritten) {
+  const std::string prefix = "9d4e1e23bd5b727046a9e3b4b7db57bd8d6ee684";
+  const std::string text = error_report_json(
+      "RuntimeError: Wait timeout for key(s): [\"" + prefix + "/recovery//g2/gloo/rank_4\"]", 1, env_of({}), 0);
+  EXPECT_EQ(text.find(prefix), std::string::npos) << text;
+  std::string why;
+  const auto report = parse_error_report(text, &why);
+  ASSERT_TRUE(report) << why;
+  EXPECT_EQ(report->message, "RuntimeError: Wait timeout for key(s): [\"<job-key-derived>/recovery//g2/gloo/rank_4\"]");
+}
+
 TEST(FailureReport, ARankThatIsNoNumberIsWrittenAsZero) {
   for (const char* rank : {"abc", "", "-1", "99999999999"}) {
     const std::string text = error_report_json("boom", 1, env_of({{"RANK", rank}}), 0);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/netif.hpp"
+#include "core/redact.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 
@@ -27,6 +28,10 @@ using testing::Process;
 
 // LibTorch 1.13's store client ends the process when its store's host dies: there, --recover in-place is refused
 // (LibTorch1.RecoverInPlaceIsRefusedWithTheReason) and these tests skip.
+//
+// Every test's runs leave no key material (core/redact.hpp) in what they printed or wrote: TearDown reads every text
+// file of their directories (the ranks' and replacements' output, the group file, error files), after each failure
+// path these tests take (a rank killed, stopped, a replacement killed while taken in, a fallback).
 class RecoverInPlace : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -35,6 +40,24 @@ class RecoverInPlace : public ::testing::Test {
                  << TORCH_VERSION_MINOR;
 #endif
   }
+  void TearDown() override {
+    static const std::regex key_material("[0-9a-fA-F]{" + std::to_string(kKeyMaterialDigits) + ",}");
+    for (const std::string& dir : dirs_) {
+      for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+        if (!entry.is_regular_file() || entry.path().extension() == ".pt") continue;
+        const std::string text = testing::read_text(entry.path());
+        std::smatch found;
+        if (text.find('\0') == std::string::npos && std::regex_search(text, found, key_material)) {
+          ADD_FAILURE() << entry.path() << " holds key material: " << found.str();
+        }
+      }
+    }
+  }
+  // A directory for a run's snapshots and output, read again at the end of the test.
+  std::string run_dir() { return dirs_.emplace_back(testing::make_temp_dir()); }
+
+ private:
+  std::vector<std::string> dirs_;
 };
 
 // Kills every rank still running when the test ends, also when an assertion ended it early.
@@ -123,7 +146,7 @@ std::size_t printed_by(const Ranks& ranks, const std::vector<std::size_t>& survi
 }
 
 TEST_F(RecoverInPlace, AKilledRankIsLeftBehindAndTheOthersTrainToTheEnd) {
-  const std::string dir = testing::make_temp_dir();
+  const std::string dir = run_dir();
   Ranks ranks;
   start_and_signal(ranks, dir, 3, 1, SIGKILL, {"12", "0"});
   EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(120)), 0);
@@ -143,7 +166,7 @@ TEST_F(RecoverInPlace, AKilledRankIsLeftBehindAndTheOthersTrainToTheEnd) {
 
 // Rank 0 hosts the first store and writes the snapshots: the next rank takes both over.
 TEST_F(RecoverInPlace, RankZeroKilledTheNextRankLeadsAndWritesTheModel) {
-  const std::string dir = testing::make_temp_dir();
+  const std::string dir = run_dir();
   Ranks ranks;
   start_and_signal(ranks, dir, 3, 0, SIGKILL, {"12", "4"}, 1);
   EXPECT_EQ(testing::wait_at_most(ranks[1], std::chrono::seconds(120)), 0);
@@ -158,7 +181,7 @@ TEST_F(RecoverInPlace, RankZeroKilledTheNextRankLeadsAndWritesTheModel) {
 // A stopped rank fails the others' collective at --timeout; they go on without it, and when it runs again it finds a
 // newer generation without it and ends.
 TEST_F(RecoverInPlace, AStoppedRankIsLeftOutAndEndsWhenItComesBack) {
-  const std::string dir = testing::make_temp_dir();
+  const std::string dir = run_dir();
   Ranks ranks;
   start_and_signal(ranks, dir, 3, 2, SIGSTOP, {"40", "0"});
   const std::size_t leader = printed_by(ranks, {0, 1}, "Recovered in place");
@@ -186,7 +209,7 @@ std::map<std::string, std::string> run_files(const std::string& dir) {
 // all been killed: the group file says the run ended, so it is left out, and writes nothing over the run's model or
 // snapshots with its old state (seen before the group file was read: it trained on alone and saved its model).
 TEST_F(RecoverInPlace, AStoppedRankThatComesBackAfterTheRunEndedIsLeftOutAndWritesNothing) {
-  const std::string dir = testing::make_temp_dir();
+  const std::string dir = run_dir();
   Ranks ranks;
   start_and_signal(ranks, dir, 3, 2, SIGSTOP, {"12", "4"});
   EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(120)), 0);
@@ -223,7 +246,7 @@ std::size_t lose_a_rank_and_start_a_replacement(Ranks& ranks, const std::string&
 // A replacement started with --join (as ddp-restart starts one in a step of its own) asks rank 0, is taken in at a
 // step boundary, receives the state, and the group is back to its size, up to a stop all four ranks agree on.
 TEST_F(RecoverInPlace, AReplacementJoinsIsHealedFromRankZeroAndTheGroupGrowsBack) {
-  const std::string dir = testing::make_temp_dir();
+  const std::string dir = run_dir();
   Ranks ranks;
   const std::size_t leader = lose_a_rank_and_start_a_replacement(ranks, dir);
   // Rank 0 takes the replacement in at a step boundary, where every survivor has as many steps: it stays rank 0.
@@ -250,7 +273,7 @@ TEST_F(RecoverInPlace, AReplacementJoinsIsHealedFromRankZeroAndTheGroupGrowsBack
 // A replacement that dies while it is taken in (after it asked, before it took the state) fails that generation's
 // forming: the others meet again without it and go on.
 TEST_F(RecoverInPlace, AReplacementKilledWhileItIsTakenInIsLeftBehind) {
-  const std::string dir = testing::make_temp_dir();
+  const std::string dir = run_dir();
   Ranks ranks;
   lose_a_rank_and_start_a_replacement(ranks, dir);
   ASSERT_TRUE(testing::wait_for_text(dir + "/replacement.log", "Replacement: asked rank ", ranks[3]));
@@ -266,7 +289,7 @@ TEST_F(RecoverInPlace, AReplacementKilledWhileItIsTakenInIsLeftBehind) {
 // A replacement that starts after the run has ended (its step was late) is told so at once, not after waiting twice
 // the timeout for a rank 0 that is gone (which ends with "did not answer").
 TEST_F(RecoverInPlace, AReplacementStartedAfterTheRunEndedIsToldSoAtOnce) {
-  const std::string dir = testing::make_temp_dir();
+  const std::string dir = run_dir();
   for (const auto& rank : testing::run_ranks(2, recovering_run(dir, {"2", "0"}), dir)) {
     ASSERT_EQ(rank.status, 0) << rank.output;
   }
@@ -284,12 +307,12 @@ TEST_F(RecoverInPlace, AReplacementStartedAfterTheRunEndedIsToldSoAtOnce) {
 // and all end; the same command started again resumes from it and ends with the model an uninterrupted run ends
 // with, bit for bit.
 TEST_F(RecoverInPlace, BelowMinRanksASnapshotIsWrittenAndARestartResumesItBitForBit) {
-  const std::string clean = testing::make_temp_dir();
+  const std::string clean = run_dir();
   const std::vector<std::string> args{"--min-ranks", "3", "8", "0"};
   for (const auto& rank : testing::run_ranks(3, recovering_run(clean, args), clean)) {
     ASSERT_EQ(rank.status, 0) << rank.output;
   }
-  const std::string dir = testing::make_temp_dir();
+  const std::string dir = run_dir();
   {
     Ranks ranks;
     start_and_signal(ranks, dir, 3, 2, SIGKILL, args);

@@ -23,6 +23,7 @@
 #include "core/container.hpp"
 #include "core/error.hpp"
 #include "core/json_string.hpp"
+#include "core/redact.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/distributed/mpi_bootstrap.hpp"
 #include "ddp_runtime/distributed/peer_check.hpp"
@@ -76,7 +77,8 @@ Clock::time_point process_start() {
   return Clock::now() - std::chrono::duration_cast<Clock::duration>(Seconds(std::max(age, 0.0)));
 }
 
-// Lines of the training thread and of the snapshot writer thread never interleave.
+// Lines of the training thread and of the snapshot writer thread never interleave, and carry no key material
+// (core/redact.hpp: errors of c10d and Gloo quote the names of the keys they waited for).
 class Console {
  public:
   void line(const std::string& text) { write(stdout, text); }
@@ -84,7 +86,7 @@ class Console {
 
  private:
   void write(FILE* stream, const std::string& text) {
-    const std::string line = text + "\n";
+    const std::string line = redact_key_material(text) + "\n";
     std::lock_guard<std::mutex> lock(mutex_);
     std::fwrite(line.data(), 1, line.size(), stream);
     std::fflush(stream);
@@ -866,7 +868,7 @@ void Trainer::fall_back(const Regrouped& regrouped, const std::string& why) {
 // With the MPI group, the other ranks would wait in their next collective: the job ends here.
 // The error also goes to TORCHELASTIC_ERROR_FILE, where ddp-why and srun --ddp find it.
 int fail(const std::string& program, int status, const std::string& message) {
-  std::fprintf(stderr, "%s: %s\n", program.c_str(), message.c_str());
+  std::fprintf(stderr, "%s: %s\n", program.c_str(), redact_key_material(message).c_str());
   std::string why;
   if (!write_error_report(message, status, process_environment(), &why)) {
     std::fprintf(stderr, "%s: warning: %s\n", program.c_str(), why.c_str());
