@@ -1,39 +1,60 @@
 #!/usr/bin/env bash
-# A node slowed by a busy neighbour is named, and the nodes that keep pace are not: three ranks, each the leader of
-# its "node", measure their GEMM and memory bandwidth at the same time. Ranks 0 and 2 share CPU 0 (each gets half of
-# it); rank 1 runs at nice 10 on CPU 1 beside a busy loop at nice 0 (it gets 110/(110+1024), a tenth of it): rank 1 is
-# far below the median (half a CPU's speed), ranks 0 and 2 are the median. The loop ends with the test.
+# A node slowed by a CPU quota is named, and the nodes that keep pace are not: three ranks, each the leader of its
+# "node", measure their GEMM and memory bandwidth at the same time. Ranks 0 and 2 share CPU 0 in a cgroup with the
+# highest CPU weight (each gets half of what the cgroup gets, which is nearly all of CPU 0 whatever else runs there);
+# rank 1 runs on CPU 1 in a cgroup with a quota of 5% of a CPU (cpu.max, or cpu.cfs_quota_us under cgroup v1), the
+# way a node shared with another job's cgroup is slowed. Both hold under any load: the quota is a ceiling (rank 1 can
+# only be slower, never faster), the weight a floor (another suite's processes on CPU 0 take little from ranks 0
+# and 2). Rank 1 is then about 90% below the median. (Niceness and a busy loop beside rank 1, in a session whose
+# autogroup was raised, did not hold: under another suite's load rank 1's memory bandwidth once came within 20% of
+# the median, and ranks 0 and 2 were once brought down to a sixth of a CPU each.)
 set -euo pipefail
-# A session of its own, whose autogroup is raised (nice -10) where this may: the kernel shares the CPUs between
-# sessions (autogroups) before it shares them between their processes, and CI runs another suite at the same time.
-# Raised, this test's ranks and loops share the CPUs as it sets them up, whatever else runs; at the default, another
-# suite's load on CPU 0 once made rank 1 the fastest. The slowdown is one loop and a niceness rather than several
-# loops: the kernel splits the session's weight between CPUs by the weight of its processes runnable on each, and five
-# loops on CPU 1 left CPU 0 a quarter of it, so other suites' load on CPU 0 (local rank 0 of every test node is bound
-# there) once brought ranks 0 and 2 down to rank 1's speed.
-if [ -z "${DDP_OWN_SESSION:-}" ]; then DDP_OWN_SESSION=1 exec setsid -w "$0" "$@"; fi
-echo -10 >/proc/self/autogroup 2>/dev/null || true
 DOCTOR=$1
 . "$(dirname "$0")/lib.sh"
 [ "$(nproc)" -ge 2 ] || { echo "SKIP: needs 2 CPUs, one for the slowed node"; exit 77; }
-BUSY=1
-neighbours=()
-stop_neighbours() { [ ${#neighbours[@]} -eq 0 ] || kill "${neighbours[@]}" 2>/dev/null || true; }
-trap 'stop_neighbours; cleanup_work' EXIT
-for ((i = 0; i < BUSY; i++)); do
-  taskset -c 1 sh -c 'while :; do :; done' &
-  neighbours+=($!)
-  disown $!  # not a rank: wait_ranks waits for this shell's jobs
-done
+
+# cgroup v2 where the cpu controller can be enabled below its root, else v1's cpu hierarchy; nothing when neither.
+CGROUP_ROOT=""
+if [ -e /sys/fs/cgroup/cgroup.controllers ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers &&
+  echo +cpu >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+  CGROUP_ROOT=/sys/fs/cgroup
+elif [ -w /sys/fs/cgroup/cpu ]; then
+  CGROUP_ROOT=/sys/fs/cgroup/cpu
+fi
+[ -n "$CGROUP_ROOT" ] || { echo "SKIP: no cgroup with CPU controls can be made here (needs root and the cpu controller)"; exit 77; }
+groups=()
+remove_groups() {  # once their processes have ended (a cgroup with processes cannot be removed)
+  local group _
+  for group in "${groups[@]}"; do
+    for _ in $(seq 100); do
+      if [ ! -d "$group" ] || rmdir "$group" 2>/dev/null; then break; fi
+      sleep 0.1
+    done
+    [ ! -d "$group" ] || echo "warning: $group was not removed: $(cat "$group/cgroup.procs")" >&2
+  done
+}
+trap 'cleanup_work; remove_groups' EXIT
+# new_group NAME V2_FILE V2_VALUE V1_FILE V1_VALUE...: a cgroup with those settings; its directory in $group.
+new_group() {
+  group=$CGROUP_ROOT/ddp-slow-node.$$.$1
+  mkdir "$group"
+  groups+=("$group")
+  if [ "$CGROUP_ROOT" = /sys/fs/cgroup ]; then echo "$3" >"$group/$2"; return; fi
+  shift 3
+  while [ $# -gt 0 ]; do echo "$2" >"$group/$1"; shift 2; done
+}
+new_group slow cpu.max "5000 100000" cpu.cfs_period_us 100000 cpu.cfs_quota_us 5000
+slow=$group
+new_group kept-pace cpu.weight 10000 cpu.shares 262144
+kept_pace=$group
 
 WORLD=3
 PORT=$(free_port)
-CPUS=0 start_rank slow0 0 0 -- --quick --json --timeout 20
-CPUS=1 NICE=10 start_rank slow1 1 0 -- --quick --json --timeout 20
-CPUS=0 start_rank slow2 2 0 -- --quick --json --timeout 20
+CPUS=0 CGROUP=$kept_pace start_rank slow0 0 0 -- --quick --json --timeout 20
+CPUS=1 CGROUP=$slow start_rank slow1 1 0 -- --quick --json --timeout 20
+CPUS=0 CGROUP=$kept_pace start_rank slow2 2 0 -- --quick --json --timeout 20
 wait_ranks 60
-stop_neighbours
-# Exit status 1 is the doctor's "a check failed": a rank slowed to a sixth of a CPU may fail a check of its links
+# Exit status 1 is the doctor's "a check failed": a rank slowed to a twentieth of a CPU may fail a check of its links
 # under CI's load besides, which is not this test's subject; any other status, or no report, is.
 case "$(rc_of slow0)" in
   0) ;;

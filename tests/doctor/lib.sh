@@ -16,9 +16,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # A port nothing listens on, kept for this test until its shell ends (tests/common/test_common.hpp, reserve_port).
 free_port() { "${DDP_TEST_PORT:?the test runs under ctest, which names ddp-test-port}" $$; }
 
-# [CPUS=LIST] [NICE=N] start_rank NAME RANK LOCAL_RANK [VAR=VALUE...] -- [doctor options...]
-# Starts one rank in the background, bound to the CPUs in LIST when it is given (taskset's list) and at niceness N when
-# that is given; its stdout, stderr and exit status land in $WORK/NAME.{out,err,rc}.
+# [CPUS=LIST] [CGROUP=DIR] start_rank NAME RANK LOCAL_RANK [VAR=VALUE...] -- [doctor options...]
+# Starts one rank in the background, bound to the CPUs in LIST when it is given (taskset's list) and in the cgroup DIR
+# when that is given; its stdout, stderr and exit status land in $WORK/NAME.{out,err,rc}.
 start_rank() {
   local name=$1 rank=$2 local_rank=$3 bind=()
   shift 3
@@ -26,7 +26,9 @@ start_rank() {
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do vars+=("$1"); shift; done
   shift
   [ -z "${CPUS:-}" ] || bind=(taskset -c "$CPUS")
-  [ -z "${NICE:-}" ] || bind+=(nice -n "$NICE")
+  # In the cgroup CGROUP (a directory) from its first instruction: the shell enters it, then becomes the doctor.
+  # shellcheck disable=SC2016  # expanded by that shell
+  [ -z "${CGROUP:-}" ] || bind=(sh -c 'echo $$ >"$0" && exec "$@"' "$CGROUP/cgroup.procs" "${bind[@]}")
   ( rc=0
     "${bind[@]}" env RANK="$rank" LOCAL_RANK="$local_rank" WORLD_SIZE="$WORLD" MASTER_ADDR=127.0.0.1 MASTER_PORT="$PORT" \
         OMP_NUM_THREADS=1 "${vars[@]}" "$DOCTOR" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
