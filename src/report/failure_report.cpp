@@ -226,8 +226,9 @@ std::string rank_number(const EnvLookup& env) {
 }  // namespace
 
 std::string error_report_json(const std::string& message, int exit_status, const EnvLookup& env, double time) {
-  return "{\"message\": {\"message\": " + json_string(redact_key_material(message)) + ", \"errorCode\": " + std::to_string(exit_status) +
-         ", \"extraInfo\": {\"timestamp\": \"" + std::to_string(static_cast<long long>(time)) +
+  return "{\"message\": {\"message\": " + json_string(redact_key_material(message)) +
+         ", \"errorCode\": " + std::to_string(exit_status) + ", \"extraInfo\": {\"timestamp\": \"" +
+         std::to_string(static_cast<long long>(time)) +
          "\", \"run_id\": " + json_string(env(vars::kRunId).value_or("")) + ", \"rank\": " + rank_number(env) +
          ", \"hostname\": " + json_string(host_name()) + ", \"program\": \"ddp-train\"}}}\n";
 }
