@@ -56,20 +56,32 @@ void fill_topology_cache(spank_t sp) {
   }
 }
 
-// The environment srun, sbatch and salloc hand to the job is their own, copied after this callback: a key put there
-// reaches every step. An srun inside an allocation keeps the allocation's key, so the job's steps share one. The key
-// travels twice: as DDP_JOB_KEY for the tasks, and under the name of the job control environment
-// (ddp::kJobKeyCarrier), which --export=NONE and SLURM_EXPORT_ENV=NONE keep (see ports.hpp).
-void give_job_key() {
+// The environment srun, sbatch and salloc hand to the job is their own, copied after this callback: a key and an
+// instance put there reach every step, and a requeued batch job starts with them again. An srun inside an allocation
+// keeps the allocation's, so the job's steps share them. Each travels twice: under its own name for the tasks, and
+// under the name of the job control environment (the carrier), which --export=NONE and SLURM_EXPORT_ENV=NONE keep
+// (see ports.hpp). An srun inside an allocation made without --ddp makes a key of its own (its step's) but no
+// instance: one made there would name the step, not the job, and a restarted step would not find its run.
+void give_job_identity() {
   const bool new_job = spank_context() != S_CTX_LOCAL || getenv("SLURM_JOB_ID") == nullptr;
-  std::optional<std::string> key;
-  for (const char* name : {ddp::kJobKeyCarrier, ddp::kJobKeyVariable}) {
-    const char* existing = getenv(name);
-    if (!key && !new_job && existing != nullptr && ddp::is_job_key(existing)) key = existing;
-  }
-  if (!key) key = ddp::new_job_key();
-  setenv(ddp::kJobKeyVariable, key->c_str(), 1);
-  setenv(ddp::kJobKeyCarrier, key->c_str(), 1);
+  // The allocation's value of a variable (carrier first), when it is well formed.
+  const auto inherited = [new_job](const char* carrier, const char* variable, bool (*valid)(std::string_view)) {
+    std::optional<std::string> value;
+    for (const char* name : {carrier, variable}) {
+      const char* existing = getenv(name);
+      if (!value && !new_job && existing != nullptr && valid(existing)) value = existing;
+    }
+    return value;
+  };
+  const auto give = [](const char* carrier, const char* variable, const std::string& value) {
+    setenv(variable, value.c_str(), 1);
+    setenv(carrier, value.c_str(), 1);
+  };
+  const auto key = inherited(ddp::kJobKeyCarrier, ddp::kJobKeyVariable, ddp::is_job_key);
+  give(ddp::kJobKeyCarrier, ddp::kJobKeyVariable, key ? *key : ddp::new_job_key());
+  auto instance = inherited(ddp::kJobInstanceCarrier, ddp::kJobInstanceVariable, ddp::is_job_instance);
+  if (!instance && new_job) instance = ddp::new_job_instance();
+  if (instance) give(ddp::kJobInstanceCarrier, ddp::kJobInstanceVariable, *instance);
 }
 
 // srun, sbatch or salloc refuses the request. Slurm ignores a failing callback of a plugin that plugstack.conf
@@ -120,7 +132,7 @@ extern "C" int ddp_spank_init_post_opt(spank_t sp, int, char**) {
     }
     if (!state().options.enabled) return 0;
     if (state().failure) refuse(state().failure->message);
-    give_job_key();
+    give_job_identity();
     if (spank_context() == S_CTX_LOCAL) {
       set_kill_on_bad_exit(sp);
       refuse_container_without_task_env();

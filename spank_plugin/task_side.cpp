@@ -82,6 +82,16 @@ std::string job_key(spank_t sp) {
                    " from the environment; run them where plugstack.conf loads ddp.so");
 }
 
+// The job's instance (ports.hpp), as the key travels; empty when the job has none (an srun inside an allocation
+// made without --ddp).
+std::string job_instance(spank_t sp) {
+  for (const char* name : {ddp::kJobInstanceCarrier, ddp::kJobInstanceVariable}) {
+    const auto instance = get_env(sp, name);
+    if (instance && ddp::is_job_instance(*instance)) return *instance;
+  }
+  return "";
+}
+
 ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   ddp::StepInfo step;
   step.step_id = step_id;
@@ -107,6 +117,7 @@ ddp::StepInfo read_step(spank_t sp, uint32_t step_id) {
   step.node_list = get_env(sp, "SLURM_STEP_NODELIST").value_or("");
   step.reserved_ports = get_env(sp, "SLURM_STEP_RESV_PORTS").value_or("");
   step.job_key = job_key(sp);
+  step.job_instance = job_instance(sp);
   if (const auto max_restarts = get_env(sp, ddp::vars::kMaxRestartsRequest)) {
     step.max_restarts =
         static_cast<uint32_t>(ddp::require_uint(*max_restarts, 0, 1000000, ddp::vars::kMaxRestartsRequest));

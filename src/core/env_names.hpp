@@ -39,6 +39,7 @@ inline constexpr char kSnapshotDir[] = "DDP_SNAPSHOT_DIR";
 inline constexpr char kRecover[] = "DDP_RECOVER";
 inline constexpr char kJoin[] = "DDP_JOIN";
 inline constexpr char kJobKey[] = "DDP_JOB_KEY";
+inline constexpr char kJobInstance[] = "DDP_JOB_INSTANCE";
 inline constexpr char kContract[] = "DDP_CONTRACT";
 // The spelling of DDP_CONTRACT that apptainer exec --cleanenv passes into the container as DDP_CONTRACT.
 inline constexpr char kCleanEnvContract[] = "APPTAINERENV_DDP_CONTRACT";
@@ -62,6 +63,7 @@ inline constexpr const char* kTaskVariables[] = {kRank,
                                                  kMasterAddr,
                                                  kMasterPort,
                                                  kJobKey,
+                                                 kJobInstance,
                                                  kRunId,
                                                  kRestartCount,
                                                  kMaxRestarts,

@@ -50,31 +50,45 @@ const char* to_string(PortSource source) {
   return "?";
 }
 
-std::string new_job_key() {
-  unsigned char random[16];
+namespace {
+
+// `digits` lowercase hex digits from the kernel's random source; `what` names the value in the error.
+std::string random_hex(std::size_t digits, const char* what) {
+  std::vector<unsigned char> random((digits + 1) / 2);
   size_t got = 0;
-  while (got < sizeof random) {
-    const ssize_t n = getrandom(random + got, sizeof random - got, 0);
+  while (got < random.size()) {
+    const ssize_t n = getrandom(random.data() + got, random.size() - got, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw Error(std::string("no random bytes for the job's key (getrandom: ") + std::strerror(errno) + ")");
+    if (n <= 0) throw Error(std::string("no random bytes for ") + what + " (getrandom: " + std::strerror(errno) + ")");
     got += static_cast<size_t>(n);
   }
   static const char kDigits[] = "0123456789abcdef";
-  std::string key;
+  std::string text;
   for (unsigned char byte : random) {
-    key += kDigits[byte >> 4];
-    key += kDigits[byte & 15];
+    text += kDigits[byte >> 4];
+    text += kDigits[byte & 15];
   }
-  return key;
+  text.resize(digits);
+  return text;
 }
 
-bool is_job_key(std::string_view text) {
-  if (text.size() != 32) return false;
+bool is_lower_hex(std::string_view text, std::size_t digits) {
+  if (text.size() != digits) return false;
   for (char c : text) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
   return true;
 }
+
+}  // namespace
+
+std::string new_job_key() { return random_hex(kJobKeyDigits, "the job's key"); }
+
+bool is_job_key(std::string_view text) { return is_lower_hex(text, kJobKeyDigits); }
+
+std::string new_job_instance() { return random_hex(kJobInstanceDigits, "the job's instance"); }
+
+bool is_job_instance(std::string_view text) { return is_lower_hex(text, kJobInstanceDigits); }
 
 uint16_t hashed_port(uint32_t job_id, uint32_t step_id, PortRange range, std::string_view job_key) {
   if (is_job_key(job_key)) {

@@ -18,6 +18,7 @@ struct StepInfo {
   std::string node_list;       // SLURM_STEP_NODELIST
   std::string reserved_ports;  // SLURM_STEP_RESV_PORTS, empty when the cluster reserves none
   std::string job_key;         // DDP_JOB_KEY (ports.hpp), empty when srun made none
+  std::string job_instance;    // DDP_JOB_INSTANCE (ports.hpp), empty when the job has none
   std::string hostname;        // this node, for messages
   std::string user;            // the job's user name, for %u
   std::string home;            // the job's user's home directory (passwd), for the default log directory

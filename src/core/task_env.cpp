@@ -105,6 +105,7 @@ TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user) {
   env.set(vars::kRestartCount, std::to_string(step.restart_count));
   // Also where --export=NONE kept it only under its carrier's name (ports.hpp).
   if (!step.job_key.empty()) env.set(kJobKeyVariable, step.job_key);
+  if (!step.job_instance.empty()) env.set(kJobInstanceVariable, step.job_instance);
   env.set(vars::kMaxRestarts, std::to_string(step.max_restarts));
   // No torchrun agent holds a store here: rank 0 must host it, as init_process_group("env://") does by default.
   env.set(vars::kUseAgentStore, "False");

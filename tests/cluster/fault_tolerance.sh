@@ -63,7 +63,8 @@ until job_output "$TEST_DIR/preempted" "$preempted" | grep -q 'Stopped at epoch'
   sleep 0.1
 done
 stop_snapshot=$(job_output "$TEST_DIR/preempted" "$preempted" | sed -n 's/.*Training snapshot saved at //p' | tail -n 1)
-assert_match "$stop_snapshot" "/preempted/snapshots/ddp-multi-node-$preempted/snapshot-e[0-9]{6}-s[0-9]{12}-r$preempted\\.pt$" \
+# The run: the job id and the instance sbatch --ddp gave the job (DDP_JOB_INSTANCE), which the requeue keeps.
+assert_match "$stop_snapshot" "/preempted/snapshots/ddp-multi-node-$preempted/snapshot-e[0-9]{6}-s[0-9]{12}-r$preempted-[0-9a-f]{12}\\.pt$" \
   "the snapshot written on USR2, of this job's run"
 [ -f "$stop_snapshot" ] || fail "the snapshot written on USR2, $stop_snapshot, does not exist"
 expect_completed "$TEST_DIR/preempted" "$preempted" 240

@@ -46,6 +46,7 @@ TEST(EnvNames, TheDocsTableListsWhatATaskReceivesInOrder) { EXPECT_EQ(docs_table
 TEST(EnvNames, EveryVariableATaskReceivesIsListed) {
   StepInfo step = test::two_by_two(0);
   step.job_key = "0123456789abcdef0123456789abcdef";
+  step.job_instance = "0a1b2c3d4e5f";
   Options options = test::ddp_on();
   options.recover = true;
   options.snapshot_dir = "/fsx/snapshots";
@@ -57,7 +58,8 @@ TEST(EnvNames, EveryVariableATaskReceivesIsListed) {
   for (const std::string& name : exported) {
     EXPECT_NE(std::find(kListed.begin(), kListed.end(), name), kListed.end()) << name << " is not in kTaskVariables";
   }
-  // And the other way: with a job key, a snapshot directory, --ddp-recover and a log directory, every one is set.
+  // And the other way: with a job key and instance, a snapshot directory, --ddp-recover and a log directory, every one
+  // is set.
   for (const std::string& name : kListed) EXPECT_EQ(exported.count(name), 1u) << name << " was not exported";
 }
 

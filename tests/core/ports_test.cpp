@@ -1,4 +1,5 @@
 #include "core/ports.hpp"
+#include "core/redact.hpp"
 
 #include <gtest/gtest.h>
 
@@ -53,6 +54,18 @@ TEST(Ports, JobKeysAreRandomHex) {
   EXPECT_NE(key, new_job_key());
   EXPECT_FALSE(is_job_key("0123456789ABCDEF0123456789abcdef"));
   EXPECT_FALSE(is_job_key("0123"));
+}
+
+// A job's instance: random, and too short to pass for key material (it appears in file names and messages).
+TEST(Ports, JobInstancesAreRandomHexShorterThanKeyMaterial) {
+  const std::string instance = new_job_instance();
+  EXPECT_TRUE(is_job_instance(instance)) << instance;
+  EXPECT_NE(instance, new_job_instance());
+  EXPECT_EQ(redact_key_material("r4711-" + instance + ".pt"), "r4711-" + instance + ".pt");
+  EXPECT_FALSE(is_job_instance("0A1B2C3D4E5F"));
+  EXPECT_FALSE(is_job_instance("0a1b2c3d4e5"));
+  EXPECT_FALSE(is_job_instance(new_job_key()));
+  EXPECT_FALSE(is_job_instance("0a1b2c3d4e5g"));
 }
 
 // Ports without a job key: jobs 1000 and 1625 got the same port (and steps 0 and 16 of a job), and anyone

@@ -345,6 +345,75 @@ TEST(DdpTrain, RefusesASnapshotOfAnotherModelNamingTheFirstMismatchingTensor) {
   EXPECT_FALSE(contains(wider.output, "[CPU0] Epoch")) << wider.output;
 }
 
+// A resume with other optimizer options than the snapshot was written with says which, in one line; the same ones
+// say nothing.
+TEST(DdpTrain, AResumeWithOtherHyperparametersSaysWhich) {
+  const std::string dir = testing::make_temp_dir();
+  const auto train = [&](std::vector<std::string> more, const std::string& epochs) {
+    std::vector<std::string> args{"--workload", "mlp", "--width", "8", "--samples", "64", "--run-id", "hp"};
+    args.insert(args.end(), more.begin(), more.end());
+    args.insert(args.end(), {epochs, "1"});
+    return testing::run(train_command(dir, args));
+  };
+  ASSERT_EQ(train({"--lr", "0.01"}, "1").status, 0);
+  const Result same = train({"--lr", "0.01"}, "2");
+  ASSERT_EQ(same.status, 0) << same.output;
+  EXPECT_TRUE(contains(same.output, "Resuming training from snapshot at Epoch 1")) << same.output;
+  EXPECT_FALSE(contains(same.output, "other hyperparameters")) << same.output;
+  const Result other = train({"--lr", "0.05", "--momentum", "0.9"}, "3");
+  ASSERT_EQ(other.status, 0) << other.output;
+  EXPECT_TRUE(contains(other.output,
+                       "Resuming with other hyperparameters than the snapshot was written with: "
+                       "--lr 0.05 (0.01 in the snapshot), --momentum 0.9 (0 in the snapshot); they "
+                       "apply from here on"))
+      << other.output;
+  const Result adamw = train({"--optimizer", "adamw"}, "4");
+  EXPECT_EQ(adamw.status, 2) << adamw.output;
+  EXPECT_TRUE(contains(adamw.output, "holds the state of --optimizer sgd, this run has --optimizer adamw"))
+      << adamw.output;
+}
+
+// Job ids are not runs: they start again at 1 on a rebuilt cluster and wrap at MaxJobId, and the default snapshot
+// directory (%x-%j) then holds an old job's snapshots. A new job with the same id (another DDP_JOB_INSTANCE, which
+// srun --ddp gives each job) trains from the start, with its own --lr, and leaves the old job's snapshots alone; the
+// old job, requeued (its instance again), still resumes its own. Snapshots of a job without an instance (an older
+// ddp-train) are another run too.
+TEST(DdpTrain, AJobThatReusesAJobIdIsAnotherRunAndARequeuedJobIsTheSame) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string snapshots = dir + "/snapshots";
+  const auto train = [&](const std::string& instance, const std::string& lr, const std::string& epochs) {
+    testing::Env env{{"SLURM_JOB_ID", "4711"}};
+    if (!instance.empty()) env["DDP_JOB_INSTANCE"] = instance;
+    return testing::run(train_command(dir, {"--workload", "mlp", "--width", "8", "--samples", "64", "--keep", "1",
+                                            "--lr", lr, epochs, "1"}),
+                        env);
+  };
+  const Result old_job = train("0a1b2c3d4e5f", "0.01", "2");
+  ASSERT_EQ(old_job.status, 0) << old_job.output;
+  const Result new_job = train("9f8e7d6c5b4a", "0.5", "3");
+  ASSERT_EQ(new_job.status, 0) << new_job.output;
+  EXPECT_TRUE(contains(new_job.output,
+                       "holds snapshots of other runs (4711-0a1b2c3d4e5f); run 4711-9f8e7d6c5b4a "
+                       "starts afresh and leaves them alone"))
+      << new_job.output;
+  EXPECT_FALSE(contains(new_job.output, "Resuming")) << new_job.output;
+  EXPECT_TRUE(contains(new_job.output, "Epoch 0 | Loss")) << new_job.output;
+  const Result requeued = train("0a1b2c3d4e5f", "0.01", "4");
+  ASSERT_EQ(requeued.status, 0) << requeued.output;
+  EXPECT_TRUE(contains(requeued.output, "Resuming training from snapshot at Epoch 2 (" + snapshots +
+                                            "/snapshot-e000002-s000000000004-r4711-0a1b2c3d4e5f.pt)"))
+      << requeued.output;
+  const Result without_instance = train("", "0.01", "1");
+  ASSERT_EQ(without_instance.status, 0) << without_instance.output;
+  EXPECT_FALSE(contains(without_instance.output, "Resuming")) << without_instance.output;
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(snapshots)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"snapshot-e000001-s000000000002-r4711.pt",
+                                             "snapshot-e000003-s000000000006-r4711-9f8e7d6c5b4a.pt",
+                                             "snapshot-e000004-s000000000008-r4711-0a1b2c3d4e5f.pt"}));
+}
+
 // Other files in the snapshot directory, as users meet them: two runs in one directory and a junk file with a
 // higher step number.
 TEST(DdpTrain, RunsSharingADirectoryKeepTheirOwnSnapshotsAndJunkIsSetAside) {

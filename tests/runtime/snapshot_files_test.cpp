@@ -117,7 +117,7 @@ TEST(SnapshotNames, CarryTheRunAndParseBackOnlyWhenExact) {
   EXPECT_FALSE(is_valid_run_id(std::string(65, 'a')));
 }
 
-TEST(SnapshotNames, TheRunIsTheOptionElseTheSlurmJobElseTorchrunsElseDefault) {
+TEST(SnapshotNames, TheRunIsTheOptionElseTheSlurmJobAndItsInstanceElseTorchrunsElseDefault) {
   const auto run_of = [](std::vector<std::string> args, std::map<std::string, std::string> vars) {
     args.insert(args.end(), {"5", "1"});
     return parse_train_args(args,
@@ -130,6 +130,11 @@ TEST(SnapshotNames, TheRunIsTheOptionElseTheSlurmJobElseTorchrunsElseDefault) {
   };
   EXPECT_EQ(run_of({"--run-id", "mine"}, {{"SLURM_JOB_ID", "4711"}}), "mine");
   EXPECT_EQ(run_of({}, {{"SLURM_JOB_ID", "4711"}, {"TORCHELASTIC_RUN_ID", "4711.3"}}), "4711");
+  // The job's instance (srun --ddp's DDP_JOB_INSTANCE) sets the job apart from another with the same id; a malformed
+  // one is ignored.
+  EXPECT_EQ(run_of({}, {{"SLURM_JOB_ID", "4711"}, {"DDP_JOB_INSTANCE", "0a1b2c3d4e5f"}}), "4711-0a1b2c3d4e5f");
+  EXPECT_EQ(run_of({}, {{"SLURM_JOB_ID", "4711"}, {"DDP_JOB_INSTANCE", "../../x"}}), "4711");
+  EXPECT_EQ(run_of({"--run-id", "mine"}, {{"SLURM_JOB_ID", "4711"}, {"DDP_JOB_INSTANCE", "0a1b2c3d4e5f"}}), "mine");
   EXPECT_EQ(run_of({}, {{"TORCHELASTIC_RUN_ID", "rdzv1"}}), "rdzv1");
   EXPECT_EQ(run_of({}, {}), "default");
   const std::string refusal = error_of([&] { run_of({"--run-id", "../x"}, {}); });

@@ -39,6 +39,9 @@ class Optimizer {
   OptimizerState state() const;
   // Copies a saved state in; throws ddp::Error naming `source` when it is another optimizer's or another model's.
   void load(const OptimizerState& saved, const std::string& source);
+  // The options whose values differ from those `saved` was written with (same kind of optimizer), each as
+  // "--lr 0.05 (0.01 in the snapshot)"; empty when none does.
+  std::vector<std::string> changed_hyperparameters(const OptimizerState& saved) const;
 
  private:
   std::vector<at::Tensor> params_;

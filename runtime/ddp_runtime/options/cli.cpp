@@ -4,6 +4,7 @@
 #include "core/env_names.hpp"
 #include "core/error.hpp"
 #include "core/parse.hpp"
+#include "core/ports.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
 
 namespace ddp::runtime {
@@ -37,9 +38,15 @@ std::string checked_run_id(const std::string& where, const std::string& text) {
 }
 
 // A run keeps its identity across restarts: Slurm keeps the job id through requeues and ddp-restart's attempts
-// (the step id changes), torchrun keeps its rendezvous id. Runs outside both share "default" unless given --run-id.
+// (the step id changes), and srun --ddp gives the job an instance that both keep too (ports.hpp), which sets it apart
+// from another job with the same id (a rebuilt cluster, a wrapped MaxJobId): "4711-0a1b2c3d4e5f". torchrun keeps
+// its rendezvous id. Runs outside both share "default" unless given --run-id.
 std::string default_run_id(const EnvLookup& env) {
-  if (const auto job = env("SLURM_JOB_ID")) return checked_run_id("SLURM_JOB_ID", *job);
+  if (const auto job = env("SLURM_JOB_ID")) {
+    const std::string run = checked_run_id("SLURM_JOB_ID", *job);
+    const auto instance = env(kJobInstanceVariable);
+    return instance && is_job_instance(*instance) ? run + "-" + *instance : run;
+  }
   if (const auto run = env(vars::kRunId); run && is_valid_run_id(*run)) return *run;
   return "default";
 }
@@ -151,7 +158,8 @@ const cli::Table<Options>& option_table() {
        "optimizer state become the run's: name only files you trust",
        [](Options& o, Value v) { o.resume = v; }},
       {"--run-id", "ID",
-       "the run whose snapshots are resumed and pruned (the Slurm job id, else\n"
+       "the run whose snapshots are resumed and pruned (the Slurm job id and,\n"
+       "under srun --ddp, the job's instance: 4711-0a1b2c3d4e5f; else\n"
        "TORCHELASTIC_RUN_ID, else default); other runs' files are left alone",
        [](Options& o, Value v) { o.run_id = checked_run_id("--run-id", v); }},
       {"--output", "FILE", "final model, a state dict torch.load reads", [](Options& o, Value v) { o.output = v; },

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "core/command_line.hpp"
 #include "core/error.hpp"
@@ -226,6 +227,39 @@ void Optimizer::load(const OptimizerState& saved, const std::string& source) {
     if (saved.per_param[i].empty()) continue;
     compat::set_optimizer_param_state(*impl_, params_[i], entry.restore(saved.per_param[i], params_[i], source));
   }
+}
+
+namespace {
+
+std::string number(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+}  // namespace
+
+std::vector<std::string> Optimizer::changed_hyperparameters(const OptimizerState& saved) const {
+  struct Value {
+    const char* option;
+    std::string now;
+    std::string then;
+  };
+  std::vector<Value> values{{"--lr", number(options_.lr), number(saved.initial_lr)},
+                            {"--weight-decay", number(options_.decay()), number(saved.weight_decay)}};
+  if (options_.kind == OptimizerKind::Sgd)
+    values.push_back({"--momentum", number(options_.momentum), number(saved.momentum)});
+  if (options_.kind == OptimizerKind::AdamW) {
+    values.push_back({"--betas", number(options_.beta1) + "," + number(options_.beta2),
+                      number(saved.beta1) + "," + number(saved.beta2)});
+    values.push_back({"--eps", number(options_.eps), number(saved.eps)});
+  }
+  std::vector<std::string> changed;
+  for (const Value& value : values) {
+    if (value.now != value.then)
+      changed.push_back(std::string(value.option) + " " + value.now + " (" + value.then + " in the snapshot)");
+  }
+  return changed;
 }
 
 }  // namespace ddp::runtime

@@ -289,6 +289,9 @@ class Trainer {
   }
 
   void restore(const LoadedSnapshot& snapshot);
+  // One line when this run's optimizer options differ from those the snapshot was written with: they apply from
+  // here on, which the user may mean (a lower --lr to finish) or not (another job's command line).
+  void report_changed_hyperparameters(const SnapshotContent& saved);
   // `joined`: this process is a replacement that joined the run as that generation (recovery.hpp).
   int train(const std::optional<Regrouped>& joined = std::nullopt);
 
@@ -420,7 +423,19 @@ void Trainer::restore(const LoadedSnapshot& snapshot) {
   if (dist_.rank == 0) {
     console_.line("Resuming training from snapshot at Epoch " + std::to_string(progress_.epochs_run) + " (" +
                   snapshot.path + ")");
+    report_changed_hyperparameters(saved);
   }
+}
+
+void Trainer::report_changed_hyperparameters(const SnapshotContent& saved) {
+  // A snapshot Python wrote records the lr it stopped at (after its schedule), not the run's.
+  if (!saved.optimizer || saved.from_python) return;
+  const std::vector<std::string> changed = optimizer_.changed_hyperparameters(*saved.optimizer);
+  if (changed.empty()) return;
+  std::string list;
+  for (const std::string& item : changed) list += (list.empty() ? "" : ", ") + item;
+  console_.line("Resuming with other hyperparameters than the snapshot was written with: " + list +
+                "; they apply from here on");
 }
 
 std::string Trainer::rank_label() const {
