@@ -5,6 +5,7 @@
 #   - another user pre-created the snapshot directory 0777: the step is refused with one line; a fresh one is
 #     created by the task, as the user, mode 0700;
 #   - a --ddp job has one key for all its steps, another job another key, and derived ports follow it;
+#   - a --ddp job has one instance (the run of ddp-train) for all its steps, kept by a requeue, another job another;
 #   - "optional" in plugstack.conf keeps steps without --ddp running when ddp.so is missing;
 #   - the snapshot directory's file system hangs (ext4 frozen with fsfreeze in node1's mount namespace): the step
 #     fails at the admin's deadline with one line, and the node goes on running steps.
@@ -80,6 +81,30 @@ check_job_key() {
     "the job's two steps have different ports"
 }
 
+# A --ddp job's instance (DDP_JOB_INSTANCE: ddp-train's run is the job id and it) is the same in every step and after
+# a requeue, and another job's differs: a job that reuses a job id (a rebuilt cluster) is not the old job's run. A
+# job made without --ddp has none, and an srun --ddp inside it makes none (it would be the step's).
+check_job_instance() {
+  local out job instances script
+  out=$(run_on_cluster srun --ddp -N2 -n2 printenv DDP_JOB_INSTANCE | sort -u)
+  assert_match "$out" '^[0-9a-f]{12}$' "one 12-digit instance for the tasks of srun --ddp"
+  # shellcheck disable=SC2016  # expanded by the batch script
+  script='echo "attempt ${SLURM_RESTART_COUNT:-0} $DDP_JOB_INSTANCE $(srun --ddp -N1 -n1 printenv DDP_JOB_INSTANCE)"
+    [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] || scontrol requeue "$SLURM_JOB_ID"'
+  job=$(submit -N1 --ddp --requeue --open-mode=append -o "$TEST_DIR/instance-%j.out" --wrap "$script")
+  assert_eq COMPLETED "$(wait_job "$job" 180)" "state of job $job"
+  out=$(cat "$TEST_DIR/instance-$job.out")
+  assert_match "$out" "attempt 0 [0-9a-f]{12} [0-9a-f]{12}"$'\n'"attempt 1 [0-9a-f]{12} [0-9a-f]{12}" \
+    "the job ran, was requeued and ran again"
+  instances=$(grep '^attempt' <<<"$out" | cut -d' ' -f3- | tr ' ' '\n' | sort -u)
+  assert_eq 1 "$(wc -l <<<"$instances")" "one instance in the batch script and its step, before and after the requeue: $out"
+  [ "$instances" != "$(run_on_cluster srun --ddp -N1 -n1 printenv DDP_JOB_INSTANCE)" ] || fail "two jobs got the same instance"
+  # shellcheck disable=SC2016  # expanded by the task
+  job=$(submit -N1 -o "$TEST_DIR/no-instance-%j.out" --wrap 'srun --ddp -N1 -n1 sh -c "echo [\${DDP_JOB_INSTANCE:-none}]"')
+  assert_eq COMPLETED "$(wait_job "$job")" "state of job $job"
+  assert_eq "[none]" "$(cat "$TEST_DIR/no-instance-$job.out")" "a job made without --ddp has no instance"
+}
+
 check_hung_snapshot_storage() {
   local mnt=$TEST_DIR/frozen image=$TEST_DIR/frozen.img
   command -v mkfs.ext4 >/dev/null && command -v fsfreeze >/dev/null || skip "no mkfs.ext4 or fsfreeze"
@@ -123,5 +148,6 @@ check_hwloc_xmlfile
 check_planted_snapshot_dir
 check_plugstack_modes
 check_job_key
+check_job_instance
 check_hung_snapshot_storage
 pass "HWLOC_XMLFILE never read in slurmstepd, planted snapshot directory refused, one key per job, hung storage fails at the deadline"
