@@ -150,4 +150,4 @@ check_plugstack_modes
 check_job_key
 check_job_instance
 check_hung_snapshot_storage
-pass "HWLOC_XMLFILE never read in slurmstepd, planted snapshot directory refused, one key per job, hung storage fails at the deadline"
+pass "HWLOC_XMLFILE never read in slurmstepd, planted snapshot directory refused, one key per job, one instance per job kept by a requeue, hung storage fails at the deadline"
