@@ -1,10 +1,12 @@
-/* A library for LD_PRELOAD in tests: open and pread of one file fail with a chosen errno, as they do on a failing
- * disk, a soft NFS mount that times out (ETIMEDOUT), after a file server's failover (ESTALE) or when a process has
- * no descriptors left (EMFILE). Nothing else changes.
+/* A library for LD_PRELOAD in tests: open, pread or fsync of the files whose path holds a given part fail with a
+ * chosen errno, as they do on a failing disk, a full one (ENOSPC: a write's data fails at the latest when it is
+ * made durable), a soft NFS mount that times out (ETIMEDOUT), after a file server's failover (ESTALE) or when a
+ * process has no descriptors left (EMFILE). Nothing else changes.
  *   IO_FAULT_PATH   a part of the file's path (as opened, or as /proc/self/fd names it); unset: no fault
- *   IO_FAULT_CALL   "open" (open, openat) or "read" (pread)
+ *   IO_FAULT_CALL   "open" (open, openat), "read" (pread) or "fsync"
  *   IO_FAULT_ERRNO  the errno, a number
- *   IO_FAULT_AFTER  read: bytes of the file that reads return before they fail (0): a read cut short by the error */
+ *   IO_FAULT_AFTER  read: bytes of the file that reads return before they fail (0): a read cut short by the error
+ *   IO_FAULT_WHILE  a file: the fault holds only while it exists (a disk that fills up, and is freed, mid-run) */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -21,8 +23,9 @@ static long long bytes_read; /* of the faulty file, by this process */
 static int faulty(const char* call, const char* path) {
   const char* part = getenv("IO_FAULT_PATH");
   const char* which = getenv("IO_FAULT_CALL");
+  const char* while_exists = getenv("IO_FAULT_WHILE");
   return part != NULL && *part != '\0' && which != NULL && strcmp(which, call) == 0 && path != NULL &&
-         strstr(path, part) != NULL;
+         strstr(path, part) != NULL && (while_exists == NULL || access(while_exists, F_OK) == 0);
 }
 
 static int fault_errno(void) {
@@ -30,14 +33,14 @@ static int fault_errno(void) {
   return number != NULL ? atoi(number) : EIO;
 }
 
-static int fd_is_faulty(int fd) {
+static int fd_is_faulty(const char* call, int fd) {
   char link[64];
   char path[4096];
   snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
   const ssize_t n = readlink(link, path, sizeof path - 1);
   if (n <= 0) return 0;
   path[n] = '\0';
-  return faulty("read", path);
+  return faulty(call, path);
 }
 
 static mode_t mode_of(int flags, va_list args) { return (flags & (O_CREAT | O_TMPFILE)) ? va_arg(args, mode_t) : 0; }
@@ -79,7 +82,7 @@ int __openat_2(int dir, const char* path, int flags) { return open_at(dir, path,
 ssize_t pread(int fd, void* buffer, size_t n, off_t offset) {
   static pread_fn real;
   if (real == NULL) real = (pread_fn)dlsym(RTLD_NEXT, "pread");
-  if (!fd_is_faulty(fd)) return real(fd, buffer, n, offset);
+  if (!fd_is_faulty("read", fd)) return real(fd, buffer, n, offset);
   const char* after = getenv("IO_FAULT_AFTER");
   const long long left = (after != NULL ? atoll(after) : 0) - bytes_read;
   if (left <= 0) {
@@ -95,4 +98,16 @@ ssize_t pread64(int fd, void* buffer, size_t n, off_t offset) __attribute__((ali
 ssize_t __pread_chk(int fd, void* buffer, size_t n, off_t offset, size_t size) {
   (void)size;
   return pread(fd, buffer, n, offset);
+}
+
+typedef int (*fsync_fn)(int);
+
+int fsync(int fd) {
+  static fsync_fn real;
+  if (real == NULL) real = (fsync_fn)dlsym(RTLD_NEXT, "fsync");
+  if (fd_is_faulty("fsync", fd)) {
+    errno = fault_errno();
+    return -1;
+  }
+  return real(fd);
 }

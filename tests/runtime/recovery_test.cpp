@@ -303,6 +303,62 @@ TEST_F(RecoverInPlace, AReplacementStartedAfterTheRunEndedIsToldSoAtOnce) {
       << output;
 }
 
+// Storage that fails is not a lost peer. LD_PRELOAD's io_fault makes fsync of the run's files in `dir` (snapshots,
+// the probe of a new rank 0, the group file) fail with `error` while dir/storage-fault exists.
+testing::Env storage_fault(const std::string& dir, int error) {
+  return {{"LD_PRELOAD", IO_FAULT_LIBRARY},
+          {"IO_FAULT_PATH", dir + "/."},
+          {"IO_FAULT_CALL", "fsync"},
+          {"IO_FAULT_ERRNO", std::to_string(error)},
+          {"IO_FAULT_WHILE", dir + "/storage-fault"}};
+}
+
+// A soft NFS mount that times out on every snapshot write (ETIMEDOUT, "Connection timed out"): the run ends after
+// the third failure in a row, every rank with the same line naming the directory and the error, exit status 1;
+// before, the error's "timed out" read as a lost peer and the ranks regrouped at every step, for ever.
+TEST_F(RecoverInPlace, SnapshotWritesThatTimeOutEndTheRunOnEveryRankWithoutARegroup) {
+  const std::string dir = run_dir();
+  Ranks ranks;
+  ranks.processes = testing::spawn_ranks(3, recovering_run(dir, {"--snapshot-every-seconds", "0.2", "100000", "0"}),
+                                         dir, storage_fault(dir, ETIMEDOUT));
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Training snapshot saved at", ranks[0]));
+  testing::write_bytes(dir + "/storage-fault", "");
+  for (const Process& p : ranks.processes) EXPECT_EQ(testing::wait_at_most(p, std::chrono::seconds(120)), 1);
+  for (const Process& p : ranks.processes) {
+    const std::string output = testing::read_text(p.output_path);
+    EXPECT_TRUE(contains(output, "ddp-train: 3 snapshots in a row could not be written to " + dir + " (last: "))
+        << output;
+    EXPECT_TRUE(contains(output, "Connection timed out")) << output;
+    EXPECT_FALSE(contains(output, "Recovered in place")) << output;
+  }
+}
+
+// The disk fills up and rank 0 dies: the new rank 0 cannot open the snapshot directory (its probe's fsync fails
+// with ENOSPC) and trains on, saying so; once space is freed its next snapshot is written. Before, it ended with
+// exit status 2, and so did every next rank 0, until no rank was left.
+TEST_F(RecoverInPlace, AFullDiskAtALeaderChangeDoesNotEndTheRun) {
+  const std::string dir = run_dir();
+  Ranks ranks;
+  ranks.processes = testing::spawn_ranks(3, recovering_run(dir, {"--snapshot-every-seconds", "1", "100000", "0"}), dir,
+                                         storage_fault(dir, ENOSPC));
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "] Epoch 3 | Batchsize", ranks[0]));
+  testing::write_bytes(dir + "/storage-fault", "");
+  kill(ranks[0].pid, SIGKILL);
+  const std::size_t leader = printed_by(ranks, {1, 2}, "Recovered in place: rank 0 on ");
+  EXPECT_TRUE(testing::wait_for_text(ranks[leader].output_path, "rank 0 cannot write snapshots now (", ranks[leader]))
+      << testing::read_text(ranks[leader].output_path);
+  const std::string full = testing::read_text(ranks[leader].output_path);
+  EXPECT_TRUE(contains(full, "No space left on device")) << full;
+  EXPECT_FALSE(contains(full, "Training snapshot saved at")) << full;
+  std::filesystem::remove(dir + "/storage-fault");
+  EXPECT_TRUE(testing::wait_for_text(ranks[leader].output_path, "Training snapshot saved at " + dir + "/snapshot-",
+                                     ranks[leader]))
+      << testing::read_text(ranks[leader].output_path);
+  ranks.processes.erase(ranks.processes.begin());  // the killed one
+  stop_all(ranks);
+  for (const Process& p : ranks.processes) EXPECT_EQ(testing::wait_at_most(p, std::chrono::seconds(60)), 75);
+}
+
 // With --min-ranks 3, losing one of 3 ranks leaves too few: the rank with the newest state writes a snapshot of it
 // and all end; the same command started again resumes from it and ends with the model an uninterrupted run ends
 // with, bit for bit.

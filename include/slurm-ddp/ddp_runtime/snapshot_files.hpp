@@ -34,6 +34,14 @@ class SnapshotUnreadable : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The snapshot directory's storage failed, not a peer: kMaxFailedSnapshots snapshots in a row could not be written
+// (a full disk, a quota, a soft NFS mount that timed out, a stale handle after a failover). The run ends with one
+// line naming the directory and the last error, exit status 1; its "timed out" never passes for a lost peer.
+class StorageFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // 1-64 characters of [A-Za-z0-9._-], not starting with '.'.
 bool is_valid_run_id(const std::string& run_id);
 

@@ -478,10 +478,10 @@ int SnapshotStore::record_failure(const std::string& failure) {
 void SnapshotStore::check_failures() {
   std::lock_guard<std::mutex> lock(failure_mutex_);
   if (failures_in_a_row_ < kMaxFailedSnapshots) return;
-  throw std::runtime_error(std::to_string(failures_in_a_row_) + " snapshots in a row could not be written to " + dir() +
-                           " (last: " + last_failure_ +
-                           "); stopping before more training is lost: fix the file "
-                           "system or free space, then run the same command to resume from the last snapshot");
+  throw StorageFault(std::to_string(failures_in_a_row_) + " snapshots in a row could not be written to " + dir() +
+                     " (last: " + last_failure_ +
+                     "); stopping before more training is lost: fix the file "
+                     "system or free space, then run the same command to resume from the last snapshot");
 }
 
 void SnapshotStore::before_update() {

@@ -323,6 +323,9 @@ class Trainer {
   void write_group_file();
   void mark_group_ended(SnapshotStore& store);
   SnapshotStore& snapshot_store();
+  // Rank 0 after a regroup, or at a snapshot due while its directory could not be opened: opens it, or says why not
+  // and returns false (training goes on; after kMaxFailedSnapshots in a row, storage_fault_ says why the run ends).
+  bool open_store_mid_run();
 
   Distributed& dist_;
   const TrainOptions& options_;
@@ -335,6 +338,12 @@ class Trainer {
   std::unique_ptr<DistributedModel> ddp_;
   SnapshotStore* store_;                      // rank 0 only
   std::unique_ptr<SnapshotStore> own_store_;  // made when this rank became rank 0 in place, or writes the fallback
+  bool leads_without_store_ = false;          // rank 0 in place whose snapshot directory could not be opened
+  int store_open_failures_ = 0;               // in a row
+  // Rank 0: why the run ends for its storage (StorageFault), once snapshots failed kMaxFailedSnapshots times in a
+  // row; every rank learns it at the next vote (poll) and ends with it, so that no rank goes on to lead a run whose
+  // storage has failed (each next leader would end the same way, one regroup at a time).
+  std::string storage_fault_;
   Console& console_;
   StragglerMonitor& straggler_;
   Recovery* recovery_;  // null without --recover in-place
@@ -492,6 +501,7 @@ Trainer::Boundary Trainer::poll(Seconds step_time) {
     return recovery_->joins_pending();
   };
   if (dist_.world_size == 1) {
+    if (!storage_fault_.empty()) throw StorageFault(storage_fault_);
     if (stop_requested()) return Boundary::Stop;
     const bool due = Seconds(Clock::now() - last_join_check_).count() >= kStopPollSeconds;
     return due && joins() ? Boundary::Admit : Boundary::Go;
@@ -501,9 +511,11 @@ Trainer::Boundary Trainer::poll(Seconds step_time) {
   if (progress_.global_step % stop_poll_steps_ != 0) return Boundary::Go;
   const double mean_step = poll_window_.count() / static_cast<double>(poll_window_steps_);
   const double proposal = std::clamp(kStopPollSeconds / std::max(mean_step, 1e-9), 1.0, double(kMaxStopPollSteps));
-  at::Tensor votes = at::tensor(
-      {stop_requested() ? 1.0 : 0.0, dist_.rank == 0 ? std::floor(proposal) : 0.0, joins() ? 1.0 : 0.0}, at::kDouble);
+  at::Tensor votes = at::tensor({stop_requested() ? 1.0 : 0.0, dist_.rank == 0 ? std::floor(proposal) : 0.0,
+                                 joins() ? 1.0 : 0.0, storage_fault_.empty() ? 0.0 : 1.0},
+                                at::kDouble);
   all_reduce_sum(dist_, votes);
+  if (votes[3].item<double>() > 0) throw StorageFault(broadcast_string(dist_, storage_fault_, 0));
   stop_poll_steps_ = std::max<int64_t>(1, static_cast<int64_t>(votes[1].item<double>()));
   poll_window_ = Seconds(0);
   poll_window_steps_ = 0;
@@ -512,19 +524,25 @@ Trainer::Boundary Trainer::poll(Seconds step_time) {
 }
 
 void Trainer::after_step(int64_t epoch, bool epoch_end) {
-  if (store_ == nullptr) return;
-  store_->check_failures();
-  const bool epoch_due = epoch_end && options_.save_every > 0 && epoch % options_.save_every == 0;
-  const bool time_due = options_.snapshot_every_seconds > 0 &&
-                        Seconds(Clock::now() - last_snapshot_).count() >= options_.snapshot_every_seconds;
-  if (!epoch_due && !time_due) return;
-  last_snapshot_ = Clock::now();
-  const std::string where =
-      epoch_end ? "Epoch " + std::to_string(epoch)
-                : "Epoch " + std::to_string(epoch) + " (batch " + std::to_string(progress_.batches_done) + ")";
-  store_->save_async(live_content(), [this, where](const std::string& path) {
-    console_.line(where + " | Training snapshot saved at " + path);
-  });
+  if (store_ == nullptr && !leads_without_store_) return;
+  if (!storage_fault_.empty()) return;
+  try {
+    if (store_ != nullptr) store_->check_failures();
+    const bool epoch_due = epoch_end && options_.save_every > 0 && epoch % options_.save_every == 0;
+    const bool time_due = options_.snapshot_every_seconds > 0 &&
+                          Seconds(Clock::now() - last_snapshot_).count() >= options_.snapshot_every_seconds;
+    if (!epoch_due && !time_due) return;
+    last_snapshot_ = Clock::now();
+    if (store_ == nullptr && !open_store_mid_run()) return;
+    const std::string where =
+        epoch_end ? "Epoch " + std::to_string(epoch)
+                  : "Epoch " + std::to_string(epoch) + " (batch " + std::to_string(progress_.batches_done) + ")";
+    store_->save_async(live_content(), [this, where](const std::string& path) {
+      console_.line(where + " | Training snapshot saved at " + path);
+    });
+  } catch (const StorageFault& e) {
+    storage_fault_ = e.what();  // every rank ends with it at the next vote
+  }
 }
 
 int64_t step_samples(const std::vector<BatchSpan>& batches) {
@@ -597,14 +615,14 @@ Trainer::EpochEnd Trainer::run_epoch(int64_t epoch) {
 }
 
 void Trainer::finish() {
-  if (store_ == nullptr) return;
-  store_->wait();
+  if (store_ == nullptr && !leads_without_store_) return;
+  if (store_ != nullptr) store_->wait();
   write_model_file(options_.output, model_state(model_));
   console_.line("Final model saved at " + options_.output);
   if (model_.write_torchscript(options_.output_script)) {
     console_.line("TorchScript model saved at " + options_.output_script);
   }
-  mark_group_ended(*store_);
+  if (store_ != nullptr) mark_group_ended(*store_);
 }
 
 // The run's group file says it ended: a replacement that reads it gives up at once.
@@ -642,6 +660,8 @@ int Trainer::train(const std::optional<Regrouped>& joined) {
       end = run_epoch(epoch);
     } catch (const Error&) {
       throw;
+    } catch (const StorageFault&) {
+      throw;
     } catch (const std::exception& e) {
       if (!recoverable(e)) throw;
       regroup(error_message(e), true);
@@ -652,7 +672,7 @@ int Trainer::train(const std::optional<Regrouped>& joined) {
       regroup("a replacement asked to join", false);
     }
     if (end != EpochEnd::Stopped) continue;
-    if (store_ != nullptr) {
+    if (store_ != nullptr || (leads_without_store_ && open_store_mid_run())) {
       console_.line("Epoch " + std::to_string(epoch) + " | Training snapshot saved at " + store_->save(live_content()));
     }
     at::Tensor done = at::zeros({1}, at::kDouble);
@@ -735,6 +755,32 @@ SnapshotStore& Trainer::snapshot_store() {
   return *store_;
 }
 
+// A full disk, a quota or a storage server that times out at a leader change must not end the run (each next
+// leader would end the same way, until no rank is left): the new rank 0 trains on without snapshots and tries again
+// when the next one is due, and only kMaxFailedSnapshots failures in a row end the run, as failed writes do.
+bool Trainer::open_store_mid_run() {
+  try {
+    snapshot_store();
+    leads_without_store_ = false;
+    store_open_failures_ = 0;
+    return true;
+  } catch (const std::exception& e) {
+    leads_without_store_ = true;
+    last_snapshot_ = Clock::now();  // the next try when the next snapshot is due, not at the next step
+    const std::string why = error_message(e);
+    if (++store_open_failures_ >= kMaxFailedSnapshots) {
+      storage_fault_ = std::to_string(store_open_failures_) + " times in a row rank 0 could not open " +
+                       options_.snapshot_dir + " for snapshots (last: " + why +
+                       "); stopping before more training is lost: fix the file system or free space, then run the "
+                       "same command to resume from the last snapshot";
+      return false;
+    }
+    console_.warn("rank 0 cannot write snapshots now (" + why + "); training goes on, and the next snapshot tries " +
+                  "again");
+    return false;
+  }
+}
+
 // After a failed collective (`failed`), or at a step boundary where replacements join: the group is let go and the
 // ranks meet again, until a generation forms or cannot.
 void Trainer::regroup(std::string why, bool failed) {
@@ -775,11 +821,11 @@ void Trainer::join_generation(const Regrouped& regrouped) {
   build_ddp();
   straggler_.regrouped(recovery_->ranks());
   if (dist_.rank == 0) {
-    snapshot_store();
-    write_group_file();
-  } else if (store_ != nullptr) {
-    store_->wait();  // a rank that was rank 0 lets its last snapshot finish, and writes no more
+    if (store_ != nullptr || open_store_mid_run()) write_group_file();
+  } else {
+    if (store_ != nullptr) store_->wait();  // a rank that was rank 0 lets its last snapshot finish, and writes no more
     store_ = nullptr;
+    leads_without_store_ = false;
   }
   stop_poll_steps_ = 1;
   poll_window_ = Seconds(0);
