@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/netif.hpp"
 #include "ddp_runtime/options/cli.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
 #include "test_common.hpp"
@@ -257,8 +258,8 @@ TEST(SnapshotFilesDir, RemovesStaleTemporariesOfItsRunButNeverOneALiveWriterHold
   SnapshotFiles writer(dir, "7");
   AtomicFile live = writer.create({"7", 1, 10});
   live.write("in progress", 11);
-  const std::string stale = "." + snapshot_file_name({"7", 0, 5}) + ".tmp-0123456789abcdef0123456789abcdef";
-  const std::string other_run = "." + snapshot_file_name({"8", 0, 5}) + ".tmp-0123456789abcdef0123456789abcdef";
+  const std::string stale = "." + snapshot_file_name({"7", 0, 5}) + ".tmp-" + host_name() + "-0123456789abcdef";
+  const std::string other_run = "." + snapshot_file_name({"8", 0, 5}) + ".tmp-" + host_name() + "-0123456789abcdef";
   testing::write_bytes(dir + "/" + stale, "killed mid-write");
   testing::write_bytes(dir + "/" + other_run, "another run's");
   SnapshotFiles starting(dir, "7");
@@ -268,6 +269,29 @@ TEST(SnapshotFilesDir, RemovesStaleTemporariesOfItsRunButNeverOneALiveWriterHold
   EXPECT_EQ(names.size(), 2u) << "the live writer's temporary is still there";
   live.commit();
   EXPECT_EQ(testing::read_text(writer.path_of({"7", 1, 10})), "in progress");
+}
+
+// Where locks are node-local (Lustre's localflock, NFS's local_lock=flock) a lock taken here says nothing of a writer
+// on another node: a temporary of another node's writer, or of one that did not say where it ran (an older
+// ddp-train's name), is removed only once nobody has changed it for an hour; this node's unlocked one at once.
+TEST(SnapshotFilesDir, AnotherNodesTemporaryIsRemovedOnlyOnceAbandonedForAnHour) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string name = "." + snapshot_file_name({"7", 0, 5});
+  const std::string this_node = name + ".tmp-" + host_name() + "-0123456789abcdef";
+  const std::string written_now = name + ".tmp-node2-0123456789abcdef";
+  const std::string abandoned = name + ".tmp-node3-0123456789abcdef";
+  const std::string older_form = name + ".tmp-0123456789abcdef0123456789abcdef";
+  const std::string older_form_abandoned = name + ".tmp-fedcba9876543210fedcba9876543210";
+  for (const std::string& file : {this_node, written_now, abandoned, older_form, older_form_abandoned}) {
+    testing::write_bytes(dir + "/" + file, "x");
+  }
+  const timespec two_hours_ago[2] = {{time(nullptr) - 7200, 0}, {time(nullptr) - 7200, 0}};
+  for (const std::string& file : {abandoned, older_form_abandoned}) {
+    ASSERT_EQ(utimensat(AT_FDCWD, (dir + "/" + file).c_str(), two_hours_ago, 0), 0) << file;
+  }
+  SnapshotFiles starting(dir, "7");
+  const std::vector<std::string> names = listing(dir);
+  EXPECT_EQ(names, (std::vector<std::string>{older_form, written_now})) << "left: another node's writer may be alive";
 }
 
 TEST(SnapshotFilesDir, ListsThisRunsFilesNewestFirstAndSetsCorruptOnesAside) {

@@ -8,19 +8,27 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <tuple>
 
 #include "core/error.hpp"
+#include "core/netif.hpp"
 #include "core/parse.hpp"
 
 namespace ddp::runtime {
 namespace {
 
 constexpr char kTemporaryMarker[] = ".tmp-";
+// A temporary whose writer ran on another node and that nobody has changed for this long is abandoned: a writer
+// writes, fsyncs and renames it without a pause of that length. Younger ones are left alone: a lock taken on this
+// node proves nothing about a writer on another where locks are node-local (Lustre's localflock, NFS's
+// local_lock=flock), and a new rank 0 once removed its predecessor's temporary while it was still written.
+constexpr std::chrono::hours kForeignTemporaryAge{1};
 constexpr char kProbePrefix[] = ".ddp-probe-";
 constexpr char kCorruptSuffix[] = ".corrupt";
 constexpr std::size_t kMaxRunIdLength = 64;
@@ -83,6 +91,24 @@ bool still_named(int dir_fd, const std::string& name, int fd) {
 // one of these, and then nothing is ever removed as stale.
 bool locks_unsupported(int error) {
   return error == ENOLCK || error == EOPNOTSUPP || error == ENOSYS || error == EINVAL;
+}
+
+// The node a temporary's writer runs on, as its name carries it (".<name>.tmp-<node>-<16 hex digits>"): host_name()
+// where it is a plain host name, else "node".
+std::string writer_node() {
+  const std::string host = host_name();
+  const bool plain = !host.empty() && host.size() <= 64 && std::all_of(host.begin(), host.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
+  });
+  return plain ? host : "node";
+}
+
+// The writer's node in a temporary's name after the marker; empty for a name of another form (an older ddp-train's
+// ".tmp-<32 hex digits>", which said no node).
+std::string node_of_temporary(const std::string& suffix) {
+  const std::size_t dash = suffix.rfind('-');
+  if (dash == std::string::npos || dash == 0 || suffix.size() - dash - 1 != 16) return "";
+  return suffix.substr(0, dash);
 }
 
 void fsync_dir(int dir_fd, const std::string& dir) {
@@ -325,7 +351,7 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path), name_(base_name(p
 
 void AtomicFile::create_temporary() {
   for (int attempt = 0; attempt < 10; ++attempt) {
-    temporary_ = "." + name_ + kTemporaryMarker + random_hex(16);
+    temporary_ = "." + name_ + kTemporaryMarker + writer_node() + "-" + random_hex(8);
     UniqueFd fd(openat(dir_fd_, temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd && errno == EEXIST) continue;
     if (!fd) throw std::runtime_error(system_error("cannot create", join_path(parent_dir(path_), temporary_)));
@@ -424,6 +450,11 @@ void SnapshotFiles::remove_stale_temporaries() const {
     UniqueFd fd(openat(dir_.fd(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
     struct stat info = {};
     if (!fd || fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
+    // Another node's writer (or one that did not say where it ran) may hold a lock this node cannot see.
+    if (node_of_temporary(name.substr(marker + std::strlen(kTemporaryMarker))) != writer_node()) {
+      const auto changed = std::chrono::system_clock::from_time_t(info.st_mtim.tv_sec);
+      if (std::chrono::system_clock::now() - changed < kForeignTemporaryAge) continue;
+    }
     // A writer holds its temporary locked until the rename; one that can be locked belongs to a dead writer.
     if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
     if (still_named(dir_.fd(), name, fd.get())) unlinkat(dir_.fd(), name.c_str(), 0);
