@@ -165,7 +165,10 @@ Plugin srun_with_ddp(std::vector<std::string> plugstack_args = {}) {
 }
 
 void without_job_environment() {
-  for (const char* name : {"SLURM_JOB_ID", "DDP_JOB_KEY", "SLURM_SPANK_DDP_JOB_KEY"}) unsetenv(name);
+  for (const char* name :
+       {"SLURM_JOB_ID", "DDP_JOB_KEY", "SLURM_SPANK_DDP_JOB_KEY", "DDP_JOB_INSTANCE", "SLURM_SPANK_DDP_JOB_INSTANCE"}) {
+    unsetenv(name);
+  }
 }
 
 // ddp.so wrote srun's own kill-on-bad-exit default into slurm_conf, whose layout is that of the Slurm it was built
@@ -210,6 +213,38 @@ TEST(Plugin, TheJobsKeyTravelsUnderANameThatExportNoneKeeps) {
             0);
 }
 
+// The job's instance (ddp-train's run is the job id and it) is made with a new job and carried like the key; an srun
+// inside an allocation keeps the allocation's, and makes none where the allocation has none (it would be the step's).
+TEST(Plugin, TheJobsInstanceIsMadeWithANewJobAndKeptInsideIt) {
+  EXPECT_EQ(in_child([] {
+              without_job_environment();
+              srun_with_ddp().call("slurm_spank_init_post_opt");
+              const char* instance = getenv("DDP_JOB_INSTANCE");
+              const char* carried = getenv("SLURM_SPANK_DDP_JOB_INSTANCE");
+              return instance != nullptr && carried != nullptr && std::string(instance) == carried &&
+                             strlen(instance) == 12 && strspn(instance, "0123456789abcdef") == 12
+                         ? 0
+                         : 1;
+            }),
+            0);
+  EXPECT_EQ(in_child([] {
+              without_job_environment();
+              setenv("SLURM_JOB_ID", "812", 1);
+              setenv("SLURM_SPANK_DDP_JOB_KEY", kKey, 1);
+              setenv("SLURM_SPANK_DDP_JOB_INSTANCE", "0a1b2c3d4e5f", 1);
+              srun_with_ddp().call("slurm_spank_init_post_opt");
+              return std::string(getenv("DDP_JOB_INSTANCE")) == "0a1b2c3d4e5f" ? 0 : 1;
+            }),
+            0);
+  EXPECT_EQ(in_child([] {
+              without_job_environment();
+              setenv("SLURM_JOB_ID", "812", 1);
+              srun_with_ddp().call("slurm_spank_init_post_opt");
+              return getenv("DDP_JOB_INSTANCE") == nullptr && getenv("SLURM_SPANK_DDP_JOB_INSTANCE") == nullptr ? 0 : 1;
+            }),
+            0);
+}
+
 // slurmstepd of a one-task step on this machine, its environment as srun --export=NONE leaves it: SLURM_* only.
 // Returns task_init's return value (a refusal does not return).
 int slurmstepd_task(const std::string& log_dir, std::map<std::string, std::string> env, const char* port = nullptr) {
@@ -237,7 +272,16 @@ TEST(Plugin, ATaskGetsTheJobsKeyFromTheCarrierAndNoKeyFailsTheStep) {
   const ddp::testing::TempDir logs;
   EXPECT_EQ(in_child([&] {
               if (slurmstepd_task(logs.path(), {{"SLURM_SPANK_DDP_JOB_KEY", kKey}}) != 0) return 2;
-              return host.env["DDP_JOB_KEY"] == kKey ? 0 : 1;
+              return host.env["DDP_JOB_KEY"] == kKey && host.env.count("DDP_JOB_INSTANCE") == 0 ? 0 : 1;
+            }),
+            0);
+  // The instance travels the same way, where the job has one.
+  EXPECT_EQ(in_child([&] {
+              if (slurmstepd_task(logs.path(), {{"SLURM_SPANK_DDP_JOB_KEY", kKey},
+                                                {"SLURM_SPANK_DDP_JOB_INSTANCE", "0a1b2c3d4e5f"}}) != 0) {
+                return 2;
+              }
+              return host.env["DDP_JOB_INSTANCE"] == "0a1b2c3d4e5f" ? 0 : 1;
             }),
             0);
   // No key at all (an srun without ddp.so, or one that filtered the carrier): the port would come from public ids.
