@@ -196,6 +196,20 @@ class DdpTrainModel : public ::testing::Test {
   std::string dir_;
 };
 
+// The tests' own support: a Python helper that hangs is killed showing where, so that a hang in CI can be found.
+TEST(TestSupport, AHungPythonRunShowsItsThreadsAndItsTracebackBeforeItIsKilled) {
+  if (testing::torch_python().empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  const std::string dir = testing::make_temp_dir();
+  const testing::Process python = testing::spawn(
+      {testing::torch_python(), "-c", "import time\ndef waits_for_ever():\n    time.sleep(600)\nwaits_for_ever()"},
+      {}, dir + "/output.log");
+  EXPECT_EQ(testing::wait_at_most(python, std::chrono::seconds(3)), -1);
+  const std::string output = testing::read_text(python.output_path);
+  EXPECT_TRUE(contains(output, "the threads of " + std::to_string(python.pid) + " when it was found hung")) << output;
+  EXPECT_TRUE(contains(output, "(python3) state S in ")) << output;
+  EXPECT_TRUE(contains(output, "in waits_for_ever")) << output;
+}
+
 TEST_F(DdpTrainModel, EndsWithPythonDdpsParametersWithSgdMomentumWeightDecayAndAStepSchedule) {
   model_io({"make-model", "mlp", dir_ + "/mlp.pt"});
   model_io({"make-data", "mlp", dir_ + "/data.pt", "--samples", "200"});

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -68,6 +69,7 @@ std::vector<std::string> child_environment(const Env& extra) {
     if (!is_launcher_variable(name)) merged[name] = text.substr(equals + 1);
   }
   merged["OMP_NUM_THREADS"] = "1";
+  merged["PYTHONFAULTHANDLER"] = "1";  // a hung Python sent SIGABRT (wait_until) prints every thread's traceback
   for (const auto& [name, value] : extra) merged[name] = value;
   std::vector<std::string> lines;
   for (const auto& [name, value] : merged) lines.push_back(name + "=" + value);
@@ -88,11 +90,14 @@ Process spawn(const std::vector<std::string>& argv, const Env& env, const std::s
   std::vector<std::string> environment = child_environment(env);
   std::vector<char*> arg_pointers = pointers(args);
   std::vector<char*> env_pointers = pointers(environment);
-  const int out = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_APPEND: what wait_until adds to a hung process's output is not overwritten by the process's next write.
+  const int out = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (out < 0) throw std::runtime_error("cannot create " + output_path);
   const pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);  // wait_at_most ends a hung launcher together with what it started
+    const rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);  // the SIGABRT that asks a hung process for its stacks leaves no core file
     dup2(out, 1);
     dup2(out, 2);
     execve(arg_pointers[0], arg_pointers.data(), env_pointers.data());
@@ -116,6 +121,24 @@ namespace {
 constexpr std::chrono::seconds kTestBudget{110};
 std::chrono::steady_clock::time_point test_start = std::chrono::steady_clock::now();
 
+// Each thread of a hung process: its state and the kernel function it sleeps in, appended to its output.
+void describe_threads(const Process& process) {
+  std::ostringstream text;
+  text << "\n[test support: the threads of " << process.pid << " when it was found hung:";
+  std::error_code error;
+  const std::string tasks = "/proc/" + std::to_string(process.pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
+    const std::string stat = read_text(task.path() / "stat");
+    const std::size_t open = stat.find('(');
+    const std::size_t close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close + 2 >= stat.size()) continue;
+    text << "\n  " << task.path().filename().string() << " " << stat.substr(open, close - open + 1) << " state "
+         << stat[close + 2] << " in " << read_text(task.path() / "wchan");
+  }
+  text << "]\n";
+  std::ofstream(process.output_path, std::ios::app) << text.str();
+}
+
 std::chrono::steady_clock::time_point hang_deadline() {
   return std::max(test_start + kTestBudget, std::chrono::steady_clock::now() + std::chrono::seconds(5));
 }
@@ -124,6 +147,14 @@ int wait_until(const Process& process, std::chrono::steady_clock::time_point dea
   int status = 0;
   while (waitpid(process.pid, &status, WNOHANG) == 0) {
     if (std::chrono::steady_clock::now() > deadline) {
+      // Before it is killed a hung process shows where it hangs: its threads, and (a Python run with
+      // PYTHONFAULTHANDLER) every thread's traceback on SIGABRT.
+      describe_threads(process);
+      kill(process.pid, SIGABRT);
+      const auto stacks_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (waitpid(process.pid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < stacks_deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
       kill(-process.pid, SIGKILL);
       waitpid(process.pid, &status, 0);
       return -1;
@@ -259,9 +290,13 @@ c10::impl::GenericDict load_dict(const std::string& path) { return read_torch_sa
 std::string ddp_train() { return DDP_TRAIN_PATH; }
 
 std::string torch_python() {
-  const std::string python = "/usr/bin/python3";
-  const Result probe = run({python, "-c", "import torch"});
-  return probe.status == 0 ? python : "";
+  // Probed once per test process: each start of torch takes seconds on a loaded machine.
+  static const std::string found = [] {
+    const std::string python = "/usr/bin/python3";
+    const Result probe = run({python, "-c", "import torch"});
+    return probe.status == 0 ? python : "";
+  }();
+  return found;
 }
 
 std::string python_script(const std::string& name) { return std::string(RUNTIME_TEST_PYTHON_DIR) + "/" + name; }
