@@ -22,6 +22,8 @@ ROOT=$PWD
 
 # The same names in bookworm and trixie (libclang-rt-dev is clang's default runtime there, 14 and 19). runc and
 # charliecloud-runtime (ch-run) are the container runtimes the cluster tests start (tests/cluster/containers.sh).
+# bindfs: one directory seen through two FUSE mounts whose locks stay their own, the node-local locks of
+# doctor.cli_storage_locks.
 PACKAGES=(
   cmake ninja-build g++ clang libclang-rt-dev pkg-config
   libslurm-dev slurmctld slurmd slurm-client munge
@@ -29,7 +31,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libtorch-dev libgloo-dev libopenblas0-pthread python3-torch
   libgtest-dev nlohmann-json3-dev nettle-dev
-  iproute2 procps psmisc util-linux e2fsprogs shellcheck python3-yaml clang-format
+  iproute2 procps psmisc util-linux e2fsprogs shellcheck python3-yaml clang-format bindfs
   file dpkg-dev bc debootstrap rpm
   runc charliecloud-runtime
 )

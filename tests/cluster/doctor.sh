@@ -51,6 +51,7 @@ json=$(run_on_cluster timeout 120 "${STEP[@]}" "$doctor" "${QUICK[@]}" --json --
 expect_report "$json" "
 assert report['ok'] is True and report['world_size'] == 4 and report['nodes'] == 2, report
 assert [rank for rank, _, _ in rows('storage.shared', 'OK')] == [0, 2], rows('storage.shared', 'OK')
+assert [rank for rank, _, _ in rows('storage.locks', 'OK')] == [2], rows('storage.locks', 'OK')
 assert len(rows('net.master_port', 'OK')) == 4, rows('net.master_port', 'OK')
 "
 

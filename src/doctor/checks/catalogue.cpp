@@ -30,7 +30,7 @@ const std::vector<const CheckInfo*>& catalogue() {
       // Rank 0.
       &kMasterPort, &kRendezvous,
       // Across nodes.
-      &kClockOffset, &kStorageShared, &kLinkBandwidth, &kLinkRtt, &kAllreduceGloo, &kAllreduceNccl};
+      &kClockOffset, &kStorageShared, &kStorageLocks, &kLinkBandwidth, &kLinkRtt, &kAllreduceGloo, &kAllreduceNccl};
   return entries;
 }
 

@@ -87,6 +87,9 @@ inline constexpr CheckInfo kClockOffset{"clock.offset", Where::AcrossNodes, "eac
                                         "--max-clock-ms"};
 inline constexpr CheckInfo kStorageShared{"storage.shared", Where::AcrossNodes,
                                           "every node sees the others' files in the snapshot directory", ""};
+inline constexpr CheckInfo kStorageLocks{"storage.locks", Where::AcrossNodes,
+                                         "a lock rank 0 holds on a file in the snapshot directory holds on every node",
+                                         ""};
 inline constexpr CheckInfo kLinkBandwidth{
     "net.p2p_bw", Where::AcrossNodes, "bandwidth from each node to the next, over Gloo's transport", "--min-net-gbps"};
 inline constexpr CheckInfo kLinkRtt{"net.p2p_rtt", Where::AcrossNodes, "round trip from each node to the next",

@@ -1,6 +1,7 @@
 #include "doctor/run/shared_dir.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +34,72 @@ std::vector<Peer> sharing_leaders(const std::vector<Peer>& peers) {
     if (peer.storage_ok) found.push_back(peer);
   }
   return found;
+}
+
+constexpr char kLockHeld[] = "held";
+
+// The detail of a WARN: `error` is empty where this node took a lock `holder` holds, else why it could not lock.
+std::string node_local_locks(const std::string& path, const Peer& holder, const std::string& error) {
+  const std::string what =
+      error.empty() ? "this node took the lock " + describe(holder) + " holds on " + quote(path) +
+                          ": locks in the snapshot directory are node-local (NFS mounted with local_lock=flock or "
+                          "local_lock=all, Lustre with localflock)"
+                    : "no lock can be taken on " + quote(path) + " (" + error + ")";
+  return what +
+         "; ddp-train then leaves an unfinished snapshot file of another node for an hour before it removes it. "
+         "Mount the directory with local_lock=none (NFS) or flock (Lustre) for locks every node sees";
+}
+
+// Rank 0 locks its own token as ddp-train's writer locks its temporary (flock), into `fd`: "held", or why not.
+std::string hold_lock(const std::string& path, int& fd) {
+  fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return "cannot open " + quote(path) + ": " + std::strerror(errno);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) return std::strerror(errno);
+  return kLockHeld;
+}
+
+// Another leader tries to lock rank 0's locked token: it must be refused.
+CheckResult try_rank_zeros_lock(const std::string& path, const Peer& holder) {
+  const std::string threshold = "refused while " + describe(holder) + " holds it";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    return make_result(checks::kStorageLocks, Status::Skip, "not tried", threshold,
+                       "cannot open " + quote(path) + ": " + std::strerror(errno));
+  }
+  const bool taken = flock(fd, LOCK_EX | LOCK_NB) == 0;
+  const int error = errno;
+  close(fd);
+  if (!taken && error == EWOULDBLOCK) return make_result(checks::kStorageLocks, Status::Ok, "refused", threshold, path);
+  const std::string value = taken ? "taken" : std::string("failed: ") + std::strerror(error);
+  return make_result(checks::kStorageLocks, Status::Warn, value, threshold,
+                     node_local_locks(path, holder, taken ? "" : std::strerror(error)));
+}
+
+// This rank's storage.locks row, once rank 0 said whether it holds its token locked (`lock`); none for ranks that do
+// not take part. Rank 0 has a row only where it could not lock; another leader tries only rank 0's token it saw.
+CheckResult grade_locks(int rank, const std::vector<Peer>& sharing, const std::string& dir, const std::string& nonce,
+                        const std::string& lock, const std::vector<CheckResult>& shared) {
+  const auto me = std::find_if(sharing.begin(), sharing.end(), [&](const Peer& p) { return p.rank == rank; });
+  if (me == sharing.end()) return {};
+  const Peer& holder = sharing.front();
+  CheckResult result;
+  if (lock != kLockHeld) {
+    // Where rank 0 had no token to lock, storage.shared says why.
+    if (rank != 0 || lock == "no token") return {};
+    result = lock.rfind("cannot open", 0) == 0
+                 ? skipped(checks::kStorageLocks, lock)
+                 : make_result(checks::kStorageLocks, Status::Warn, "failed: " + lock, "a lock rank 0 holds",
+                               node_local_locks(token_path(dir, nonce, 0), holder, lock));
+  } else if (rank == 0) {
+    return {};
+  } else if (shared.empty() || shared.back().status != Status::Ok) {
+    result = skipped(checks::kStorageLocks, "rank 0's file does not appear here (storage.shared)");
+  } else {
+    result = try_rank_zeros_lock(token_path(dir, nonce, 0), holder);
+  }
+  result.rank = me->rank;
+  result.host = me->host;
+  return result;
 }
 
 }  // namespace
@@ -135,8 +202,23 @@ std::vector<CheckResult> check_shared_dir(Group& group, const std::vector<Peer>&
   if (group.rank() == 0 && sharing.size() < 2) {
     results.push_back(skipped(checks::kStorageShared, "fewer than two nodes with a usable snapshot directory"));
   }
-  // Everyone has looked before anyone removes a token.
+  // Rank 0 holds its token locked until every other node has tried to lock it too.
+  const bool rank_zero_part = !sharing.empty() && sharing.front().rank == 0 && sharing.size() > 1;
+  int held = -1;
+  std::string holding;
+  if (group.rank() == 0 && rank_zero_part) {
+    holding = write_error.empty() ? hold_lock(token_path(dir, nonce, 0), held) : "no token";
+  }
+  const std::string lock = group.broadcast("token locked", holding, deadline);
+  if (rank_zero_part) {
+    const CheckResult tried = grade_locks(group.rank(), sharing, dir, nonce, lock, results);
+    if (!tried.check.empty()) results.push_back(tried);
+  } else if (group.rank() == 0) {
+    results.push_back(skipped(checks::kStorageLocks, "rank 0's node and another must share a usable snapshot directory"));
+  }
+  // Everyone has looked and tried before a token is removed or rank 0's lock is let go.
   group.barrier("tokens read", deadline);
+  if (held >= 0) close(held);
   if (taking_part) unlink(token_path(dir, nonce, group.rank()).c_str());
   return results;
 }
