@@ -225,6 +225,51 @@ TEST_F(RecoverInPlace, AStoppedRankThatComesBackAfterTheRunEndedIsLeftOutAndWrit
   EXPECT_TRUE(run_files(dir) == left) << "the model, the snapshots and the group file are as the survivors left them";
 }
 
+// The run's group file in `dir` (its name holds the run id).
+std::string group_file_in(const std::string& dir) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind(".ddp-group-", 0) == 0) return entry.path();
+  }
+  return dir + "/.ddp-group-missing";
+}
+
+// The group file is the witness that the run ended or went on: a survivor that reads "ended" there gives up. One
+// written over by someone else (an old ddp-train, another job, a user's mistake) is not sealed with the job's key:
+// the survivors do not take it for the run's end and train on.
+TEST_F(RecoverInPlace, AGroupFileNotSealedWithTheJobsKeyIsNotBelieved) {
+  const std::string dir = run_dir();
+  Ranks ranks;
+  ranks.processes = testing::spawn_ranks(3, recovering_run(dir, {"12", "0"}), dir);
+  ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "] Epoch 3 | Batchsize", ranks[0]));
+  const std::string group_file = group_file_in(dir);
+  ASSERT_TRUE(contains(testing::read_text(group_file), "ddp-train group 0\n")) << group_file;
+  testing::write_bytes(group_file, "ddp-train group ended\n");
+  kill(ranks[1].pid, SIGKILL);
+  EXPECT_EQ(testing::wait_at_most(ranks[0], std::chrono::seconds(120)), 0);
+  EXPECT_EQ(testing::wait_at_most(ranks[2], std::chrono::seconds(30)), 0);
+  const std::size_t leader = printed_by(ranks, {0, 2}, "Recovered in place: rank 1 on ");
+  EXPECT_TRUE(contains(testing::read_text(ranks[leader].output_path), "Final model saved at "));
+}
+
+// A replacement reads the group file to find rank 0: one not sealed with the job's key (here pointing at a port
+// someone else listens on) is not used, and the replacement says why.
+TEST_F(RecoverInPlace, AReplacementRefusesAGroupFileNotSealedWithTheJobsKey) {
+  const std::string dir = run_dir();
+  testing::write_bytes(dir + "/.ddp-group-default", "ddp-train group 7\n0\t127.0.0.1 " +
+                                                        std::to_string(testing::free_port()) + "\n");
+  std::vector<std::string> replacement = recovering_run(dir, {"2", "0"});
+  replacement.insert(replacement.end(), {"--join", "--timeout", "1"});
+  Ranks alone;
+  alone.processes.push_back(testing::spawn(replacement, {}, dir + "/replacement.log"));
+  EXPECT_EQ(testing::wait_at_most(alone[0], std::chrono::seconds(60)), 1);
+  const std::string output = testing::read_text(dir + "/replacement.log");
+  EXPECT_TRUE(contains(output, "this replacement could not join the run: " + dir +
+                                   "/.ddp-group-default is not sealed with this job's key (another job wrote it, or "
+                                   "it was changed): it was not used"))
+      << output;
+  EXPECT_FALSE(contains(output, "Replacement: asked rank")) << output;
+}
+
 // Ends every rank of a run that trains on (epochs without end) with SIGUSR2: they agree to stop at a step boundary,
 // rank 0 writes a snapshot, and all exit with 75.
 void stop_all(const Ranks& ranks) {

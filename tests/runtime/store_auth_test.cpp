@@ -7,11 +7,13 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/netif.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/distributed/recovery.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
@@ -47,6 +49,40 @@ TEST(StoreAuth, TheKeyPrefixNeedsTheJobKeyAndDiffersFromTheProof) {
   Launch next_attempt = launch;
   next_attempt.restart_count = 1;
   EXPECT_NE(store_key_prefix(next_attempt), prefix);
+}
+
+// Recovery's records (the leader, reports, member lists, requests, admissions, the group file) verify only as what
+// they were sealed as: a record of another generation, attempt, run or job, or one changed on the way, is refused.
+TEST(StoreAuth, ARecordOpensOnlyUnderItsOwnNameRunAttemptAndJob) {
+  Launch launch;
+  launch.job_key = kJobKey;
+  const std::string sealed = seal_record(launch, "4711", "g3/list", "formed\n\n3\n");
+  EXPECT_EQ(open_record(launch, "4711", "g3/list", sealed), std::optional<std::string>("formed\n\n3\n"));
+  EXPECT_EQ(open_record(launch, "4711", "g4/list", sealed), std::nullopt) << "replayed at the next generation";
+  EXPECT_EQ(open_record(launch, "4712", "g3/list", sealed), std::nullopt) << "another run's";
+  Launch next_attempt = launch;
+  next_attempt.restart_count = 1;
+  EXPECT_EQ(open_record(next_attempt, "4711", "g3/list", sealed), std::nullopt) << "the last attempt's";
+  Launch other_job = launch;
+  other_job.job_key = "ffffffffffffffffffffffffffffffff";
+  EXPECT_EQ(open_record(other_job, "4711", "g3/list", sealed), std::nullopt) << "another job's";
+  std::string changed = sealed;
+  changed.back() = '4';
+  EXPECT_EQ(open_record(launch, "4711", "g3/list", changed), std::nullopt) << "changed on the way";
+  EXPECT_EQ(open_record(launch, "4711", "g3/list", "formed\n\n3\n"), std::nullopt) << "never sealed";
+  EXPECT_EQ(open_record(launch, "4711", "g3/list", ""), std::nullopt);
+}
+
+// The state rank 0 sends at a heal: its MAC changes with any byte and with the generation.
+TEST(StoreAuth, TheStatesMacCoversEveryByteAndTheGeneration) {
+  Launch launch;
+  launch.job_key = kJobKey;
+  std::string state(1000, 'x');
+  const std::string mac = state_mac(launch, "4711", 2, state.data(), state.size());
+  EXPECT_EQ(mac.size(), kStateMacLength);
+  EXPECT_NE(state_mac(launch, "4711", 3, state.data(), state.size()), mac);
+  state[999] = 'y';
+  EXPECT_NE(state_mac(launch, "4711", 2, state.data(), state.size()), mac);
 }
 
 // A TCPStore client of the store at 127.0.0.1:port, as any program on the machine can make one.

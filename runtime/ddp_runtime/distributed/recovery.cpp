@@ -11,6 +11,8 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -84,14 +86,23 @@ bool wait_for_key(const compat::StorePtr& store, const std::string& key, millise
 // The group file as rank 0 wrote it: the run ended, or its generation and members (id and standby endpoint) in rank
 // order. A file that does not exist or does not parse names no generation (-1) and no member.
 struct GroupFile {
+  bool unsealed = false;  // it has content that does not verify under the job's key: it says nothing
   bool ended = false;
   int64_t generation = -1;
   std::vector<std::pair<int, std::string>> members;
 };
 
-GroupFile read_group_file(const std::string& path) {
+constexpr char kGroupFileRecord[] = "group file";
+
+// `sealed`: the file's content, a record (store_auth.hpp) that rank 0 sealed; one that does not verify names nothing.
+GroupFile parse_group_file(const Launch& launch, const std::string& run_id, const std::string& sealed) {
   GroupFile file;
-  std::ifstream in(path);
+  const std::optional<std::string> text = open_record(launch, run_id, kGroupFileRecord, sealed);
+  if (!text) {
+    file.unsealed = !sealed.empty();
+    return file;
+  }
+  std::istringstream in(*text);
   std::string line;
   if (!std::getline(in, line)) return file;
   file.ended = line == kGroupEnded;
@@ -107,6 +118,13 @@ GroupFile read_group_file(const std::string& path) {
     return {};
   }
   return file;
+}
+
+GroupFile read_group_file(const Launch& launch, const std::string& run_id, const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream content;
+  content << in.rdbuf();
+  return parse_group_file(launch, run_id, content.str());
 }
 
 }  // namespace
@@ -230,6 +248,21 @@ void Recovery::host_standby() {
 
 Recovery::~Recovery() = default;
 
+std::string Recovery::seal(const std::string& name, const std::string& text) const {
+  return seal_record(launch_, settings_.run_id, name, text);
+}
+
+std::optional<std::string> Recovery::open_sealed(const std::string& name, const std::vector<uint8_t>& value,
+                                          const std::string& from) {
+  std::optional<std::string> opened = open_record(launch_, settings_.run_id, name, text(value));
+  if (!opened) {
+    refused_.push_back("refused the record " + name + " " + from +
+                       ": its MAC under the job's key does not verify (forged, or replayed from another generation "
+                       "or attempt)");
+  }
+  return opened;
+}
+
 std::string Recovery::key(int64_t generation, const std::string& name) const {
   return "g" + std::to_string(generation) + "/" + name;
 }
@@ -288,7 +321,10 @@ Regrouped Recovery::regroup(const MemberReport& mine) {
       }
       if (found.state != Probe::Answered) continue;
       // It lives: it leads once its own collective has failed, within --timeout.
-      if (!wait_for_key(found.store, key(generation, "leader"), settings_.timeout + settings_.join_window)) continue;
+      const std::string leader = key(generation, "leader");
+      if (!wait_for_key(found.store, leader, settings_.timeout + settings_.join_window)) continue;
+      const auto said = open_sealed(leader, found.store->get(leader), "from " + describe_rank({candidate.identity}, 0));
+      if (said != std::to_string(candidate.id)) continue;
       try {
         result = follow(generation, found.store, mine);
       } catch (const LeftOut&) {
@@ -300,6 +336,8 @@ Regrouped Recovery::regroup(const MemberReport& mine) {
       }
     }
     result.seconds = Clock::now() - start;
+    result.refused = std::move(refused_);
+    refused_.clear();
     return result;
   }
   throw std::runtime_error("no member of generation " + std::to_string(generation_) + " could be reached");
@@ -312,7 +350,7 @@ void Recovery::check_not_passed_by(int64_t generation) const {
     if (member.id == self_) mine = member.identity;
   }
   const std::string me = describe_rank({mine}, 0);
-  const GroupFile file = read_group_file(settings_.group_file);
+  const GroupFile file = read_group_file(launch_, settings_.run_id, settings_.group_file);
   if (file.ended) {
     throw LeftOut(me + " was left out: the other ranks went on without it and ended the run (" + settings_.group_file +
                   " says so)");
@@ -324,8 +362,9 @@ void Recovery::check_not_passed_by(int64_t generation) const {
 }
 
 Regrouped Recovery::lead(int64_t generation, const MemberReport& mine) {
-  standby_->set(key(generation, "report/" + std::to_string(self_)), store_value(report_text(mine)));
-  standby_->set(key(generation, "leader"), store_value(std::to_string(self_)));
+  const std::string my_report = key(generation, "report/" + std::to_string(self_));
+  standby_->set(my_report, store_value(seal(my_report, report_text(mine))));
+  standby_->set(key(generation, "leader"), store_value(seal(key(generation, "leader"), std::to_string(self_))));
   // Each other member is probed at once, on a thread of its own. One that is silent is probed again until the join
   // window has passed (a loaded node may answer late); one that answers is awaited until it reports; a dead one
   // is not.
@@ -340,14 +379,20 @@ Regrouped Recovery::lead(int64_t generation, const MemberReport& mine) {
     if (member.id != self_) probes[member.id] = probe_later(member);
   }
   std::map<int, MemberReport> reported{{self_, mine}};
+  std::set<int> forged;  // reports that did not verify: those members did not report
   std::map<int, Probe::State> found;
   for (;;) {
     bool waiting = false;
     for (const Member& member : members_) {
-      if (reported.count(member.id)) continue;
+      if (reported.count(member.id) || forged.count(member.id)) continue;
       const std::string report = key(generation, "report/" + std::to_string(member.id));
       if (standby_->check({report})) {
-        reported[member.id] = parse_report(text(standby_->get(report)));
+        const auto opened = open_sealed(report, standby_->get(report), "at this rank's standby store");
+        if (opened) {
+          reported[member.id] = parse_report(*opened);
+        } else {
+          forged.insert(member.id);
+        }
         continue;
       }
       auto& pending = probes[member.id];
@@ -402,17 +447,20 @@ Regrouped Recovery::lead(int64_t generation, const MemberReport& mine) {
   }
   if (list.formed) admit_replacements(generation, list);
   const std::string encoded = list.encode();
-  standby_->set(key(generation, "list"), store_value(encoded));
+  standby_->set(key(generation, "list"), store_value(seal(key(generation, "list"), encoded)));
   return take_list(generation, encoded, standby_);
 }
 
 Regrouped Recovery::follow(int64_t generation, const compat::StorePtr& store, const MemberReport& mine) {
-  store->set(key(generation, "report/" + std::to_string(self_)), store_value(report_text(mine)));
+  const std::string my_report = key(generation, "report/" + std::to_string(self_));
+  store->set(my_report, store_value(seal(my_report, report_text(mine))));
   const std::string list_key = key(generation, "list");
   if (!wait_for_key(store, list_key, settings_.timeout + 2 * settings_.join_window)) {
     throw std::runtime_error("the leader of generation " + std::to_string(generation) + " closed no list");
   }
-  return take_list(generation, text(store->get(list_key)), store);
+  const auto list = open_sealed(list_key, store->get(list_key), "from the leader's store");
+  if (!list) throw std::runtime_error(refused_.back());
+  return take_list(generation, *list, store);
 }
 
 Regrouped Recovery::take_list(int64_t generation, const std::string& encoded, const compat::StorePtr& store) {
@@ -475,13 +523,16 @@ void Recovery::admit_replacements(int64_t generation, GenerationList& list) {
   for (const int64_t ticket :
        join_tickets_.take(standby_->add(kJoinTickets, 0), join_request_written(), Clock::now())) {
     const std::string request = join_request_key(ticket);
+    const auto asked = open_sealed(request, standby_->get(request), "at this rank's standby store");
+    if (!asked) continue;  // not admitted
     std::vector<std::string> fields;
-    std::istringstream row(text(standby_->get(request)));
+    std::istringstream row(*asked);
     for (std::string field; std::getline(row, field, '\t');) fields.push_back(field);
     fields.resize(3);
     const int id = list.next_id++;
     list.members.push_back({id, 0, false, RankIdentity{fields[0], fields[1], fields[2], id}});
-    standby_->set(request + "/generation", store_value(std::to_string(generation)));
+    const std::string admitted = request + "/generation";
+    standby_->set(admitted, store_value(seal(admitted, std::to_string(generation))));
   }
 }
 
@@ -496,20 +547,28 @@ JoinTickets::Written Recovery::join_request_written() const {
 std::string Recovery::group_file() const {
   std::string text = kGroupHeader + std::to_string(generation_) + "\n";
   for (const Member& member : members_) text += std::to_string(member.id) + "\t" + member.identity.standby + "\n";
-  return text;
+  return seal(kGroupFileRecord, text);
 }
 
-std::string Recovery::ended_group_file() { return std::string(kGroupEnded) + "\n"; }
+std::string Recovery::state_mac(const char* bytes, std::size_t size) const {
+  return runtime::state_mac(launch_, settings_.run_id, generation_, bytes, size);
+}
+
+std::string Recovery::ended_group_file() const { return seal(kGroupFileRecord, std::string(kGroupEnded) + "\n"); }
 
 Regrouped Recovery::join(const std::string& group_file_path, const std::function<void(const std::string&)>& asked) {
   const auto start = Clock::now();
   const auto deadline = start + 2 * settings_.timeout;
   std::string why = "no group file " + group_file_path + " (is the run going, with the same --snapshot-dir?)";
   while (Clock::now() < deadline) {
-    const GroupFile file = read_group_file(group_file_path);
+    const GroupFile file = read_group_file(launch_, settings_.run_id, group_file_path);
     if (file.ended) {
       throw std::runtime_error("this replacement could not join the run: it has ended (" + group_file_path +
                                " says so)");
+    }
+    if (file.unsealed) {
+      why = group_file_path +
+            " is not sealed with this job's key (another job wrote it, or it was changed): it was not used";
     }
     const auto& members = file.members;
     if (!members.empty()) {
@@ -524,21 +583,29 @@ Regrouped Recovery::join(const std::string& group_file_path, const std::function
       if (found.state == Probe::Answered) {
         const int64_t ticket = found.store->add(kJoinTickets, 1);
         const std::string request = join_request_key(ticket);
-        found.store->set(request, store_value(host_name() + "\t" + dist_.device.str() + "\t" + endpoint_));
+        found.store->set(request, store_value(seal(request, host_name() + "\t" + dist_.device.str() + "\t" + endpoint_)));
         asked("asked rank " + std::to_string(leader.id) + " to join the run (request " + std::to_string(ticket) + ")");
         why = "rank " + std::to_string(leader.id) + " did not admit this replacement within the timeout";
-        if (wait_for_key(found.store, request + "/generation", settings_.timeout)) {
-          const int64_t generation = std::stoll(text(found.store->get(request + "/generation")));
+        const std::string admitted = request + "/generation";
+        const std::string from = "from rank " + std::to_string(leader.id) + "'s store";
+        if (wait_for_key(found.store, admitted, settings_.timeout)) {
+          const auto generation_text = open_sealed(admitted, found.store->get(admitted), from);
+          const int64_t generation = generation_text ? std::stoll(*generation_text) : -1;
           const std::string list_key = key(generation, "list");
-          if (wait_for_key(found.store, list_key, settings_.timeout)) {
-            const std::string encoded = text(found.store->get(list_key));
-            for (const auto& e : GenerationList::decode(encoded).members) {
-              if (e.identity.standby == endpoint_) self_ = e.id;
+          if (generation_text && wait_for_key(found.store, list_key, settings_.timeout)) {
+            const auto encoded = open_sealed(list_key, found.store->get(list_key), from);
+            if (encoded) {
+              for (const auto& e : GenerationList::decode(*encoded).members) {
+                if (e.identity.standby == endpoint_) self_ = e.id;
+              }
+              Regrouped result = take_list(generation, *encoded, found.store);
+              result.seconds = Clock::now() - start;
+              result.refused = std::move(refused_);
+              refused_.clear();
+              return result;
             }
-            Regrouped result = take_list(generation, encoded, found.store);
-            result.seconds = Clock::now() - start;
-            return result;
           }
+          if (!refused_.empty()) why = refused_.back();
         }
       }
     }

@@ -97,7 +97,12 @@ struct Regrouped {
   std::vector<Lost> lost;
   std::vector<RankIdentity> joined;          // replacements taken in (they hold no state yet)
   std::chrono::duration<double> seconds{0};  // from the start of regroup() to the generation's group
+  // Records that did not verify on the way (a store that is not the leader's, a forged report or request), one line
+  // each: they were left out of the decision.
+  std::vector<std::string> refused;
 };
+
+inline constexpr std::size_t kStateMacLength = 40;  // HMAC-SHA1 in hex
 
 // The group file a replacement reads: under the snapshot directory, one per run.
 std::string group_file_name(const std::string& run_id);
@@ -154,8 +159,11 @@ class Recovery {
   bool joins_pending();
   // The group file's text for the current generation, which rank 0 writes.
   std::string group_file() const;
+  // The MAC of the state the current generation's rank 0 sends (store_auth.hpp's state_mac), kStateMacLength
+  // characters.
+  std::string state_mac(const char* bytes, std::size_t size) const;
   // The group file's text once the training has ended: a replacement that reads it gives up at once.
-  static std::string ended_group_file();
+  std::string ended_group_file() const;
 
  private:
   struct Member {
@@ -177,6 +185,11 @@ class Recovery {
   JoinTickets::Written join_request_written() const;
   Probe probe(const Member& member, std::chrono::milliseconds wait) const;
   std::string key(int64_t generation, const std::string& name) const;
+  // Records in a store are sealed with the job's key (store_auth.hpp); one that does not verify is refused and its
+  // line kept for the next Regrouped.
+  std::string seal(const std::string& name, const std::string& text) const;
+  std::optional<std::string> open_sealed(const std::string& name, const std::vector<uint8_t>& value,
+                                         const std::string& from);
 
   Launch launch_;
   Distributed& dist_;
@@ -189,6 +202,7 @@ class Recovery {
   std::vector<Member> members_;                  // of the current generation, in rank order
   std::vector<RankIdentity> identities_;
   int64_t generation_ = 0;
+  std::vector<std::string> refused_;  // records refused since the last Regrouped
 };
 
 // "rank 3 on node2 (cpu)", "rank 1 on node2 (cpu) and rank 3 on node3 (cpu)".

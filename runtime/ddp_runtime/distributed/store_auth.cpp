@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -52,6 +53,41 @@ std::string hmac_sha1_hex(const std::string& key, const std::string& message) {
 
 std::string job_hmac(const Launch& launch, const std::string& message) {
   return hmac_sha1_hex(job_key(launch), message);
+}
+
+namespace {
+
+std::string record_context(const Launch& launch, const std::string& run_id, const std::string& name) {
+  return "ddp-train record " + run_id + " " + std::to_string(launch.restart_count) + " " + name + "\n";
+}
+
+}  // namespace
+
+std::string seal_record(const Launch& launch, const std::string& run_id, const std::string& name,
+                        const std::string& text) {
+  return job_hmac(launch, record_context(launch, run_id, name) + text) + "\n" + text;
+}
+
+std::optional<std::string> open_record(const Launch& launch, const std::string& run_id, const std::string& name,
+                                       const std::string& sealed) {
+  const std::size_t newline = sealed.find('\n');
+  if (newline == std::string::npos) return std::nullopt;
+  std::string text = sealed.substr(newline + 1);
+  const std::string expected = job_hmac(launch, record_context(launch, run_id, name) + text);
+  // Compared in full whatever the first difference: the time taken says nothing of the MAC.
+  const std::string given = sealed.substr(0, newline);
+  unsigned char difference = given.size() == expected.size() ? 0 : 1;
+  for (std::size_t i = 0; i < std::min(given.size(), expected.size()); ++i) {
+    difference |= static_cast<unsigned char>(given[i] ^ expected[i]);
+  }
+  if (difference != 0) return std::nullopt;
+  return text;
+}
+
+std::string state_mac(const Launch& launch, const std::string& run_id, int64_t generation, const char* bytes,
+                      std::size_t size) {
+  return job_hmac(launch, "ddp-train state " + run_id + " " + std::to_string(launch.restart_count) + " g" +
+                              std::to_string(generation) + "\n" + std::string(bytes, size));
 }
 
 std::string store_proof(const Launch& launch) {

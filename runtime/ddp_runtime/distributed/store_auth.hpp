@@ -17,6 +17,7 @@
 // sound keyed hash (RFC 6151), whatever SHA-1's collisions.
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,23 @@ std::vector<uint8_t> store_value(const std::string& text);
 std::string hmac_sha1_hex(const std::string& key, const std::string& message);
 // The same under the job's key (DDP_JOB_KEY; without one, the fixed key above).
 std::string job_hmac(const Launch& launch, const std::string& message);
+
+// Records of in-place recovery (the leader, each member's report, a generation's member list, a replacement's
+// request and its admission: recovery.hpp) as they lie in a store: "<MAC>\n<text>", the MAC an HMAC under the job's
+// key of the run, the attempt (launch.restart_count), the record's name (which holds its generation) and its text.
+// A store that is not the leader's (a program that took a freed port and replays a proof it read) cannot make one,
+// and one record cannot stand for another: of another run, attempt, generation or name.
+std::string seal_record(const Launch& launch, const std::string& run_id, const std::string& name,
+                        const std::string& text);
+// The text of a sealed record, or std::nullopt when its MAC does not verify for `name` (forged, replayed from another
+// generation or attempt, or not sealed at all).
+std::optional<std::string> open_record(const Launch& launch, const std::string& run_id, const std::string& name,
+                                       const std::string& sealed);
+// The MAC of the state rank 0 sends a member that is behind or a replacement at `generation` (a snapshot's bytes),
+// checked by the member before it reads a byte of it: Gloo's connections are not authenticated, so a program that
+// took one over could otherwise heal the group with a model of its choosing.
+std::string state_mac(const Launch& launch, const std::string& run_id, int64_t generation, const char* bytes,
+                      std::size_t size);
 
 // The proof of rank 0's store at launch.master_addr:launch.master_port (the port it bound), and the prefix of the
 // job's keys: both bound to the run and the restart count.

@@ -629,7 +629,7 @@ void Trainer::finish() {
 void Trainer::mark_group_ended(SnapshotStore& store) {
   if (recovery_ == nullptr) return;
   try {
-    store.write_file(group_file_name(options_.run_id), Recovery::ended_group_file());
+    store.write_file(group_file_name(options_.run_id), recovery_->ended_group_file());
   } catch (const std::exception& e) {
     console_.warn("the group file was not marked as ended: " + error_message(e));
   }
@@ -792,6 +792,7 @@ void Trainer::regroup(std::string why, bool failed) {
     Regrouped regrouped;
     try {
       regrouped = recovery_->regroup({progress_.global_step, true});
+      for (const std::string& refusal : regrouped.refused) console_.warn(refusal);
       if (regrouped.formed) {
         join_generation(regrouped);
         recovered_ = Recovered{regrouped, why, failed_at, false};
@@ -835,7 +836,11 @@ void Trainer::join_generation(const Regrouped& regrouped) {
 // Rank 0 of the new generation holds the newest state: it sends all of it, as a snapshot's bytes, to the others.
 void Trainer::take_state_from_rank_zero() {
   std::vector<char> mine;
-  if (dist_.rank == 0) mine = snapshot_bytes(live_content());
+  if (dist_.rank == 0) {
+    mine = snapshot_bytes(live_content());
+    const std::string mac = recovery_->state_mac(mine.data(), mine.size());
+    mine.insert(mine.end(), mac.begin(), mac.end());
+  }
   at::Tensor length = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong);
   std::vector<at::Tensor> message{length};
   dist_.group->broadcast(message)->wait();
@@ -845,8 +850,12 @@ void Trainer::take_state_from_rank_zero() {
   dist_.group->broadcast(message)->wait();
   if (dist_.rank == 0) return;
   const auto* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
-  const SnapshotContent state =
-      read_snapshot(bytes_in_memory(std::vector<char>(data, data + bytes.numel())), "the state rank 0 sent");
+  const std::size_t size = static_cast<std::size_t>(bytes.numel()) - std::min<std::size_t>(bytes.numel(), kStateMacLength);
+  if (std::string(data + size, static_cast<std::size_t>(bytes.numel()) - size) != recovery_->state_mac(data, size)) {
+    throw std::runtime_error("refused the state rank 0 sent at generation " + std::to_string(recovery_->generation()) +
+                             ": its MAC under the job's key does not verify (it was changed on the way)");
+  }
+  const SnapshotContent state = read_snapshot(bytes_in_memory(std::vector<char>(data, data + size)), "the state rank 0 sent");
   apply_state(state, "the state rank 0 sent");
   progress_ = state.progress;
   total_steps_ = planned_steps(progress_.planned_world);
@@ -994,6 +1003,7 @@ int run_replacement(const TrainOptions& options, const Launch& launch, const Job
   const Regrouped joined =
       recovery->join(options.snapshot_dir + "/" + group_file_name(options.run_id),
                      [&console](const std::string& what) { console.line("Replacement: " + what); });
+  for (const std::string& refusal : joined.refused) console.warn(refusal);
   StragglerMonitor straggler(dist, recovery->ranks(), {options.straggler_threshold_pct, options.json},
                              [&console](const std::string& line) { console.line(line); });
   Trainer trainer(dist, options, job, nullptr, console, straggler, recovery.get());
