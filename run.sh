@@ -30,7 +30,7 @@ PACKAGES=(
   libhwloc-dev hwloc
   libopenmpi-dev openmpi-bin
   libtorch-dev libgloo-dev libopenblas0-pthread python3-torch
-  libgtest-dev nlohmann-json3-dev nettle-dev
+  libgtest-dev nlohmann-json3-dev
   iproute2 procps psmisc util-linux e2fsprogs shellcheck python3-yaml clang-format bindfs
   file dpkg-dev bc debootstrap rpm
   runc charliecloud-runtime

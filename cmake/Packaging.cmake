@@ -49,10 +49,14 @@ endforeach()
 
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME slurm-ddp-tools)
 set(CPACK_DEBIAN_TOOLS_DESCRIPTION "ddp-topo, ddp-doctor, ddp-train and sbatch templates for slurm-ddp")
+# nettle is loaded at run time (core/hmac.hpp), so shlibdeps does not see it; Debian 13 renamed its package (64-bit
+# time_t).
+set(_nettle "libnettle8 | libnettle8t64")
+set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "${_nettle}")
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME slurm-ddp-dev)
 set(CPACK_DEBIAN_DEV_DESCRIPTION "C++ API of the slurm-ddp runtime: train your own LibTorch model with ddp-train's loop")
-set(_dev_depends "libtorch-dev, zlib1g-dev")
+set(_dev_depends "libtorch-dev, zlib1g-dev, ${_nettle}")
 if(DDP_RUNTIME_WITH_MPI)
   string(APPEND _dev_depends ", libopenmpi-dev")
 endif()

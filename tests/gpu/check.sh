@@ -296,7 +296,7 @@ run_topo() {
 run_doctor() {
   local doctor=$BUILD/src/doctor/ddp-doctor
   if [ ! -x "$doctor" ]; then
-    record ddp-doctor skip "not built: no Gloo or nettle found (install libgloo-dev nettle-dev); see $BUILD/check-configure.log"
+    record ddp-doctor skip "not built: no Gloo found (install libgloo-dev); see $BUILD/check-configure.log"
     return
   fi
   local libs status=0

@@ -201,8 +201,8 @@ TEST(TestSupport, AHungPythonRunShowsItsThreadsAndItsTracebackBeforeItIsKilled) 
   if (testing::torch_python().empty()) GTEST_SKIP() << "Debian's python3-torch is not installed";
   const std::string dir = testing::make_temp_dir();
   const testing::Process python = testing::spawn(
-      {testing::torch_python(), "-c", "import time\ndef waits_for_ever():\n    time.sleep(600)\nwaits_for_ever()"},
-      {}, dir + "/output.log");
+      {testing::torch_python(), "-c", "import time\ndef waits_for_ever():\n    time.sleep(600)\nwaits_for_ever()"}, {},
+      dir + "/output.log");
   EXPECT_EQ(testing::wait_at_most(python, std::chrono::seconds(3)), -1);
   const std::string output = testing::read_text(python.output_path);
   EXPECT_TRUE(contains(output, "the threads of " + std::to_string(python.pid) + " when it was found hung")) << output;

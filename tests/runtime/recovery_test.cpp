@@ -255,8 +255,8 @@ TEST_F(RecoverInPlace, AGroupFileNotSealedWithTheJobsKeyIsNotBelieved) {
 // someone else listens on) is not used, and the replacement says why.
 TEST_F(RecoverInPlace, AReplacementRefusesAGroupFileNotSealedWithTheJobsKey) {
   const std::string dir = run_dir();
-  testing::write_bytes(dir + "/.ddp-group-default", "ddp-train group 7\n0\t127.0.0.1 " +
-                                                        std::to_string(testing::free_port()) + "\n");
+  testing::write_bytes(dir + "/.ddp-group-default",
+                       "ddp-train group 7\n0\t127.0.0.1 " + std::to_string(testing::free_port()) + "\n");
   std::vector<std::string> replacement = recovering_run(dir, {"2", "0"});
   replacement.insert(replacement.end(), {"--join", "--timeout", "1"});
   Ranks alone;

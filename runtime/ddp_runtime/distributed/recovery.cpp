@@ -253,7 +253,7 @@ std::string Recovery::seal(const std::string& name, const std::string& text) con
 }
 
 std::optional<std::string> Recovery::open_sealed(const std::string& name, const std::vector<uint8_t>& value,
-                                          const std::string& from) {
+                                                 const std::string& from) {
   std::optional<std::string> opened = open_record(launch_, settings_.run_id, name, text(value));
   if (!opened) {
     refused_.push_back("refused the record " + name + " " + from +
@@ -583,7 +583,8 @@ Regrouped Recovery::join(const std::string& group_file_path, const std::function
       if (found.state == Probe::Answered) {
         const int64_t ticket = found.store->add(kJoinTickets, 1);
         const std::string request = join_request_key(ticket);
-        found.store->set(request, store_value(seal(request, host_name() + "\t" + dist_.device.str() + "\t" + endpoint_)));
+        found.store->set(request,
+                         store_value(seal(request, host_name() + "\t" + dist_.device.str() + "\t" + endpoint_)));
         asked("asked rank " + std::to_string(leader.id) + " to join the run (request " + std::to_string(ticket) + ")");
         why = "rank " + std::to_string(leader.id) + " did not admit this replacement within the timeout";
         const std::string admitted = request + "/generation";

@@ -9,6 +9,10 @@
 // answers. So any rank, rank 0 included, can fail and the others still meet at a place each of them can compute,
 // with nothing outside the ranks to run or to fail. A generation's keys lie under the job's key prefix and then its
 // own ("recovery/g<N>/"), so no generation reads another's and no outsider reads any.
+// Every record the members decide on (the leader, each report, the generation's list, a replacement's request and its
+// admission, and the group file) is sealed with the job's key for its run, attempt and name (store_auth.hpp's
+// seal_record): a store that is not the leader's, a program that took a freed port, cannot hand out one of its own,
+// nor an old one. One that does not verify is refused and named in Regrouped::refused.
 //
 // Who is alive. A rank whose collective failed walks the previous generation's members in order: itself, and it
 // leads; a member whose standby port refuses connections, dead (its process is gone), skipped; one that does not
@@ -34,7 +38,8 @@
 // there. Rank 0 sees the request at its next stop poll (a one-element all-reduce about every half second of
 // training, which carries the request to every rank), and at that step boundary the ranks form the next
 // generation with the replacement in it: it gets the next free rank number and has no state, so rank 0 sends it
-// everything (model, optimizer, generator, sampler position) over the new group, which runs over each task's own
+// everything (model, optimizer, generator, sampler position), with a MAC under the job's key over every byte and the
+// generation that it checks before it reads any, over the new group, which runs over each task's own
 // NIC (GLOO_SOCKET_IFNAME), and the group has grown back. A replacement that dies while it is being healed fails
 // that collective, and the others recover without it as from any failure.
 //
@@ -52,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "core/hmac.hpp"
 #include "core/launch.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/distributed/join_tickets.hpp"
@@ -102,7 +108,7 @@ struct Regrouped {
   std::vector<std::string> refused;
 };
 
-inline constexpr std::size_t kStateMacLength = 40;  // HMAC-SHA1 in hex
+inline constexpr std::size_t kStateMacLength = kHmacHexDigits;
 
 // The group file a replacement reads: under the snapshot directory, one per run.
 std::string group_file_name(const std::string& run_id);

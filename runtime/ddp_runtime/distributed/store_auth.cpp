@@ -1,10 +1,8 @@
 #include "ddp_runtime/distributed/store_auth.hpp"
 
-#include <c10/util/hash.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <algorithm>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -13,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/hmac.hpp"
 #include "ddp_runtime/training/error_message.hpp"
 
 namespace ddp::runtime {
@@ -21,16 +20,7 @@ std::vector<uint8_t> store_value(const std::string& text) { return std::vector<u
 
 namespace {
 
-constexpr std::size_t kShaBlock = 64;
 constexpr char kNoKey[] = "no key";
-
-std::string sha1_bytes(const std::string& data) {
-  const std::string hex = c10::sha1(data).str();
-  std::string bytes;
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
-    bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
-  return bytes;
-}
 
 std::string job_key(const Launch& launch) { return launch.job_key.empty() ? std::string(kNoKey) : launch.job_key; }
 
@@ -40,19 +30,8 @@ compat::StorePtr under_prefix(const Launch& launch, compat::StorePtr store) {
 
 }  // namespace
 
-std::string hmac_sha1_hex(const std::string& key, const std::string& message) {
-  std::string block = key.size() > kShaBlock ? sha1_bytes(key) : key;
-  block.resize(kShaBlock, '\0');
-  std::string inner = block, outer = block;
-  for (std::size_t i = 0; i < kShaBlock; ++i) {
-    inner[i] = static_cast<char>(block[i] ^ 0x36);
-    outer[i] = static_cast<char>(block[i] ^ 0x5c);
-  }
-  return c10::sha1(outer + sha1_bytes(inner + message)).str();
-}
-
 std::string job_hmac(const Launch& launch, const std::string& message) {
-  return hmac_sha1_hex(job_key(launch), message);
+  return hmac_sha256_hex(job_key(launch), message);
 }
 
 namespace {
@@ -74,30 +53,29 @@ std::optional<std::string> open_record(const Launch& launch, const std::string& 
   if (newline == std::string::npos) return std::nullopt;
   std::string text = sealed.substr(newline + 1);
   const std::string expected = job_hmac(launch, record_context(launch, run_id, name) + text);
-  // Compared in full whatever the first difference: the time taken says nothing of the MAC.
-  const std::string given = sealed.substr(0, newline);
-  unsigned char difference = given.size() == expected.size() ? 0 : 1;
-  for (std::size_t i = 0; i < std::min(given.size(), expected.size()); ++i) {
-    difference |= static_cast<unsigned char>(given[i] ^ expected[i]);
-  }
-  if (difference != 0) return std::nullopt;
+  if (!same_mac(sealed.substr(0, newline), expected)) return std::nullopt;
   return text;
 }
 
 std::string state_mac(const Launch& launch, const std::string& run_id, int64_t generation, const char* bytes,
                       std::size_t size) {
-  return job_hmac(launch, "ddp-train state " + run_id + " " + std::to_string(launch.restart_count) + " g" +
-                              std::to_string(generation) + "\n" + std::string(bytes, size));
+  // In parts: the state may be gigabytes, and is not copied for its MAC.
+  return HmacSha256(job_key(launch))
+      .update("ddp-train state " + run_id + " " + std::to_string(launch.restart_count) + " g" +
+              std::to_string(generation) + "\n")
+      .update(bytes, size)
+      .hex();
 }
 
 std::string store_proof(const Launch& launch) {
-  return hmac_sha1_hex(job_key(launch), "ddp-train store " + launch.run_id + " " +
-                                            std::to_string(launch.restart_count) + " " + launch.master_addr + ":" +
-                                            std::to_string(launch.master_port));
+  return hmac_sha256_hex(job_key(launch), "ddp-train store " + launch.run_id + " " +
+                                              std::to_string(launch.restart_count) + " " + launch.master_addr + ":" +
+                                              std::to_string(launch.master_port));
 }
 
 std::string store_key_prefix(const Launch& launch) {
-  return hmac_sha1_hex(job_key(launch), "ddp-train keys " + launch.run_id + " " + std::to_string(launch.restart_count));
+  return hmac_sha256_hex(job_key(launch),
+                         "ddp-train keys " + launch.run_id + " " + std::to_string(launch.restart_count));
 }
 
 compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& launch) {

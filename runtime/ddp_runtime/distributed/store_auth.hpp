@@ -13,8 +13,7 @@
 // Without DDP_JOB_KEY (a launch outside srun --ddp) both come from a fixed key: they still keep apart the store of
 // another job or program that holds the port by accident, but anyone can compute them.
 //
-// HMAC-SHA1 (RFC 2104) over LibTorch's own SHA-1 (c10/util/hash.h), which every LibTorch ships; HMAC-SHA1 stays a
-// sound keyed hash (RFC 6151), whatever SHA-1's collisions.
+// Every MAC is the project's one HMAC, HMAC-SHA-256 (core/hmac.hpp), as ddp-doctor's greeting is.
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -31,9 +30,7 @@ constexpr char kStoreProofKey[] = "ddp-train/store-proof";
 // A text as the bytes of a store value.
 std::vector<uint8_t> store_value(const std::string& text);
 
-// HMAC-SHA1 of `message` under `key`, as 40 hex digits.
-std::string hmac_sha1_hex(const std::string& key, const std::string& message);
-// The same under the job's key (DDP_JOB_KEY; without one, the fixed key above).
+// HMAC-SHA-256 of `message` under the job's key (DDP_JOB_KEY; without one, the fixed key above), in hex.
 std::string job_hmac(const Launch& launch, const std::string& message);
 
 // Records of in-place recovery (the leader, each member's report, a generation's member list, a replacement's

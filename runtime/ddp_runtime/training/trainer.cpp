@@ -850,12 +850,15 @@ void Trainer::take_state_from_rank_zero() {
   dist_.group->broadcast(message)->wait();
   if (dist_.rank == 0) return;
   const auto* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
-  const std::size_t size = static_cast<std::size_t>(bytes.numel()) - std::min<std::size_t>(bytes.numel(), kStateMacLength);
-  if (std::string(data + size, static_cast<std::size_t>(bytes.numel()) - size) != recovery_->state_mac(data, size)) {
+  const std::size_t size =
+      static_cast<std::size_t>(bytes.numel()) - std::min<std::size_t>(bytes.numel(), kStateMacLength);
+  if (!same_mac(std::string(data + size, static_cast<std::size_t>(bytes.numel()) - size),
+                recovery_->state_mac(data, size))) {
     throw std::runtime_error("refused the state rank 0 sent at generation " + std::to_string(recovery_->generation()) +
                              ": its MAC under the job's key does not verify (it was changed on the way)");
   }
-  const SnapshotContent state = read_snapshot(bytes_in_memory(std::vector<char>(data, data + size)), "the state rank 0 sent");
+  const SnapshotContent state =
+      read_snapshot(bytes_in_memory(std::vector<char>(data, data + size)), "the state rank 0 sent");
   apply_state(state, "the state rank 0 sent");
   progress_ = state.progress;
   total_steps_ = planned_steps(progress_.planned_world);

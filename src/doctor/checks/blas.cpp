@@ -4,7 +4,7 @@
 #include <cctype>
 #include <set>
 
-#include "doctor/checks/shared_library.hpp"
+#include "core/shared_library.hpp"
 
 namespace ddp::doctor {
 namespace {

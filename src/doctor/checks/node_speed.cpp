@@ -7,9 +7,9 @@
 #include <string>
 #include <thread>
 
+#include "core/shared_library.hpp"
 #include "core/socket.hpp"
 #include "doctor/checks/cpu.hpp"
-#include "doctor/checks/shared_library.hpp"
 
 namespace ddp::doctor {
 namespace {

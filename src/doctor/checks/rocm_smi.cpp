@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "doctor/checks/shared_library.hpp"
+#include "core/shared_library.hpp"
 
 namespace ddp::doctor {
 namespace {

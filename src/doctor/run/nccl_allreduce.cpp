@@ -8,7 +8,7 @@
 #include <cstring>
 #include <thread>
 
-#include "doctor/checks/shared_library.hpp"
+#include "core/shared_library.hpp"
 
 namespace ddp::doctor {
 namespace {

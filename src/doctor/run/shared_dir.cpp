@@ -214,7 +214,8 @@ std::vector<CheckResult> check_shared_dir(Group& group, const std::vector<Peer>&
     const CheckResult tried = grade_locks(group.rank(), sharing, dir, nonce, lock, results);
     if (!tried.check.empty()) results.push_back(tried);
   } else if (group.rank() == 0) {
-    results.push_back(skipped(checks::kStorageLocks, "rank 0's node and another must share a usable snapshot directory"));
+    results.push_back(
+        skipped(checks::kStorageLocks, "rank 0's node and another must share a usable snapshot directory"));
   }
   // Everyone has looked and tried before a token is removed or rank 0's lock is let go.
   group.barrier("tokens read", deadline);

@@ -3,11 +3,10 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include <nettle/hmac.h>
-
 #include <algorithm>
 #include <thread>
 
+#include "core/hmac.hpp"
 #include "core/ports.hpp"
 
 namespace ddp::doctor {
@@ -19,14 +18,6 @@ constexpr auto kIdle = std::chrono::hours(24);  // between a rank's requests: un
 constexpr auto kConnectRetryPause = std::chrono::milliseconds(100);
 constexpr auto kLateReply = std::chrono::seconds(1);  // a get's "timeout" may come this much after its deadline
 
-// Proofs are compared in time that does not depend on where they differ.
-bool same_proof(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char differ = 0;
-  for (size_t i = 0; i < a.size(); ++i) differ |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return differ == 0;
-}
-
 // 128 random bits, as a job's key is made.
 std::string greeting_nonce() { return new_job_key(); }
 
@@ -37,18 +28,7 @@ std::string greeting_proof(const std::string& job_key, const std::string& side,
   WireWriter message;
   message.put(kHello).put(side);
   for (const std::string& field : fields) message.put(field);
-  hmac_sha256_ctx context;
-  hmac_sha256_set_key(&context, job_key.size(), reinterpret_cast<const uint8_t*>(job_key.data()));
-  hmac_sha256_update(&context, message.bytes().size(), reinterpret_cast<const uint8_t*>(message.bytes().data()));
-  uint8_t digest[SHA256_DIGEST_SIZE];
-  hmac_sha256_digest(&context, sizeof digest, digest);
-  static const char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  for (const uint8_t byte : digest) {
-    hex += kDigits[byte >> 4];
-    hex += kDigits[byte & 15];
-  }
-  return hex;
+  return hmac_sha256_hex(job_key, message.bytes());
 }
 
 int64_t wall_clock_ns() {
@@ -160,7 +140,7 @@ int StoreServer::admit(const Socket& socket) {
                     Deadline::after(kGreetingWait));
   WireReader response(socket.recv_frame(Deadline::after(kGreetingWait), kMaxGreeting));
   const std::string expected = greeting_proof(job_key_, "client", {run_id_, rank_text, client_nonce, server_nonce});
-  if (!same_proof(response.get(), expected)) {
+  if (!same_mac(response.get(), expected)) {
     return refuse("it cannot prove that it knows this job's key (DDP_JOB_KEY): it is no rank of this job");
   }
   {
@@ -242,7 +222,7 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, const Greeting&
     const std::string server_nonce = challenge.get();
     const std::string fields_proof = challenge.get();
     const std::vector<std::string> fields{greeting.run_id, rank_text, client_nonce, server_nonce};
-    if (!same_proof(fields_proof, greeting_proof(greeting.job_key, "server", fields))) {
+    if (!same_mac(fields_proof, greeting_proof(greeting.job_key, "server", fields))) {
       throw ExchangeError("what answers at " + where_ + " cannot prove that it knows this job's key (DDP_JOB_KEY): " +
                           "it is not this job's rank 0, another program holds the port; choose another port " +
                           "(srun --ddp-port=N, or MASTER_PORT)");

@@ -1,11 +1,11 @@
 #pragma once
-// A library the doctor loads at run time (dlopen): NVML, ROCm SMI, the CUDA runtime, NCCL and BLAS. The doctor
-// needs none of them to build or to start; a node without one gets a check that says so.
+// A library loaded at run time (dlopen): the doctor's NVML, ROCm SMI, the CUDA runtime, NCCL and BLAS, which it needs
+// neither to build nor to start (a node without one gets a check that says so), and nettle's HMAC (hmac.hpp).
 #include <dlfcn.h>
 
 #include <string>
 
-namespace ddp::doctor {
+namespace ddp {
 
 class SharedLibrary {
  public:
@@ -32,4 +32,4 @@ class SharedLibrary {
   bool kept_ = false;
 };
 
-}  // namespace ddp::doctor
+}  // namespace ddp
