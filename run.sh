@@ -113,11 +113,11 @@ sanitizer_build() {
   dir=$(sanitizer_build_dir)
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=ON -DDDP_BUILD_RUNTIME=OFF \
     -DDDP_BUILD_PLUGIN=OFF >/dev/null &&
-    cmake --build "$dir" -j "$(nproc)" --target core_tests topology_tests launch_tests doctor_tests ddp-doctor \
-      ddp-topo ddp-test-port fake_nvml
+    cmake --build "$dir" -j "$(nproc)" --target core_tests store_tests topology_tests launch_tests doctor_tests \
+      ddp-doctor ddp-topo ddp-test-port fake_nvml
 }
 sanitizer_tests() {
-  ctest --test-dir "$(sanitizer_build_dir)" --output-on-failure -j 1 -R '^(core|topology|launch|doctor)\.'
+  ctest --test-dir "$(sanitizer_build_dir)" --output-on-failure -j 1 -R '^(core|store|topology|launch|doctor)\.'
 }
 # ---- end of the sanitizer leg
 

@@ -2,7 +2,7 @@
 // the job's key (DDP_JOB_KEY), side by side in one run:
 //   - c10d's TCPStore, which ddp-train's rank 0 and standby stores are: the outsider connects with PyTorch's own
 //     client and sets VALUES values of VALUE_MB MB each (no authentication, no quota);
-//   - the project's authenticated store (ddp-doctor's, src/doctor/run/store.hpp): the same outsider cannot prove the
+//   - the project's authenticated store (src/store/store.hpp, ddp-doctor's today): the same outsider cannot prove the
 //     key, so it sets nothing; STRANGERS connections then each announce a VALUE_MB MB frame and send what they can.
 // Prints the growth of this process's resident memory (both servers live in it) for each, and their ratio.
 //   [VALUES=64] [VALUE_MB=8] [STRANGERS=256] store_flood_bench
@@ -19,7 +19,7 @@
 
 #include "core/socket.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
-#include "doctor/run/store.hpp"
+#include "store/store.hpp"
 
 namespace {
 
@@ -59,10 +59,10 @@ double flood_tcp_store(int values, int value_mb) {
 
 // What the same outsider stores in the project's store: nothing, however it tries.
 double flood_project_store(int values, int value_mb, int strangers) {
-  ddp::doctor::StoreServer server(0, "4711.0", 2, std::string(32, 'a'));
+  ddp::StoreServer server(0, "4711.0", 2, std::string(32, 'a'));
   const double before = resident_mb();
   try {
-    ddp::doctor::StoreClient outsider("127.0.0.1", server.port(), {"4711.0", 2, 1, std::string(32, 'b')}, 2s);
+    ddp::StoreClient outsider("127.0.0.1", server.port(), {"4711.0", 2, 1, std::string(32, 'b')}, 2s);
     const std::string value(static_cast<std::size_t>(value_mb) << 20, 'Z');
     for (int i = 0; i < values; ++i) outsider.set("junk/" + std::to_string(i), value, ddp::Deadline::after(2s));
     std::printf("store_flood_bench: the outsider was admitted: the bench is wrong\n");

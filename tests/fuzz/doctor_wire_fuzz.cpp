@@ -10,15 +10,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   try {
     ddp::doctor::decode_results(bytes);
-  } catch (const ddp::doctor::ExchangeError&) {
+  } catch (const ddp::ExchangeError&) {
   }
   try {
     ddp::doctor::decode_members(bytes, 1 << 20, 1);
-  } catch (const ddp::doctor::ExchangeError&) {
+  } catch (const ddp::ExchangeError&) {
   }
   try {
     ddp::doctor::decode_peer(bytes);
-  } catch (const ddp::doctor::ExchangeError&) {
+  } catch (const ddp::ExchangeError&) {
   }
   return 0;
 }

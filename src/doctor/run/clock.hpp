@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "doctor/checks/check.hpp"
-#include "doctor/run/store.hpp"
+#include "store/store.hpp"
 
 namespace ddp::doctor {
 

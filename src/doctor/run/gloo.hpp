@@ -7,7 +7,7 @@
 #include <string>
 
 #include "doctor/run/allreduce.hpp"
-#include "doctor/run/store.hpp"
+#include "store/store.hpp"
 
 namespace gloo {
 class Context;

@@ -11,7 +11,8 @@
 #include "core/launch.hpp"
 #include "doctor/checks/check.hpp"
 #include "doctor/run/doctor_options.hpp"
-#include "doctor/run/store.hpp"
+#include "doctor/run/wire.hpp"
+#include "store/store.hpp"
 
 namespace ddp::doctor {
 

@@ -8,51 +8,9 @@
 namespace ddp::doctor {
 namespace {
 
-constexpr size_t kPrefix = 8;
 constexpr int kResultFields = 7;
 
 }  // namespace
-
-WireWriter& WireWriter::put(std::string_view field) {
-  const uint64_t length = field.size();
-  for (size_t i = 0; i < kPrefix; ++i) bytes_ += static_cast<char>((length >> (8 * i)) & 0xff);
-  bytes_.append(field);
-  return *this;
-}
-
-WireWriter& WireWriter::put_int(int64_t value) { return put(std::to_string(value)); }
-
-std::string WireReader::get() {
-  if (bytes_.size() - next_ < kPrefix) throw ExchangeError("malformed message from another rank (truncated field)");
-  uint64_t length = 0;
-  for (size_t i = 0; i < kPrefix; ++i) length |= uint64_t{static_cast<unsigned char>(bytes_[next_ + i])} << (8 * i);
-  next_ += kPrefix;
-  if (length > bytes_.size() - next_) throw ExchangeError("malformed message from another rank (field past its end)");
-  std::string field = bytes_.substr(next_, length);
-  next_ += length;
-  return field;
-}
-
-std::string WireReader::get_text() { return printable(get(), kMaxField); }
-
-int64_t WireReader::get_int() {
-  const std::string text = get();
-  int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    throw ExchangeError("malformed message from another rank (not a number)");
-  }
-  return value;
-}
-
-int64_t WireReader::get_int(int64_t min, int64_t max) {
-  const int64_t value = get_int();
-  if (value < min || value > max) {
-    throw ExchangeError("malformed message from another rank (" + std::to_string(value) + " is not within " +
-                        std::to_string(min) + ".." + std::to_string(max) + ")");
-  }
-  return value;
-}
 
 std::string encode_results(const std::vector<CheckResult>& results) {
   WireWriter out;
@@ -71,7 +29,7 @@ std::string encode_results(const std::vector<CheckResult>& results) {
 
 std::vector<CheckResult> decode_results(std::string bytes) {
   // Every result takes at least its fields' length prefixes: no count beyond that can be honest.
-  const auto most = static_cast<int64_t>(bytes.size() / (kResultFields * kPrefix));
+  const auto most = static_cast<int64_t>(bytes.size() / (kResultFields * kFieldPrefix));
   WireReader in(std::move(bytes));
   const int64_t count = in.get_int(0, most);
   std::vector<CheckResult> results;
@@ -98,7 +56,7 @@ std::string encode_members(const std::vector<int>& members) {
 }
 
 std::vector<int> decode_members(std::string bytes, int world_size, int rank) {
-  const auto most = std::min<int64_t>(world_size, static_cast<int64_t>(bytes.size() / kPrefix));
+  const auto most = std::min<int64_t>(world_size, static_cast<int64_t>(bytes.size() / kFieldPrefix));
   WireReader in(std::move(bytes));
   std::vector<int> members(static_cast<size_t>(in.get_int(1, most)));
   for (int& member : members) member = static_cast<int>(in.get_int(0, world_size - 1));
