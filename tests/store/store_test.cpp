@@ -79,9 +79,8 @@ TEST(Store, WithoutRankSlotsAnyNumberOfClientsOfTheRunConnectAndOnlyThey) {
   StoreClient replacement = client_of(server, kAnyRank);
   first.set("k", "v", soon());
   EXPECT_EQ(replacement.get("k", "reading k", soon()), "v");
-  const std::string other_run = error_of([&] {
-    StoreClient("127.0.0.1", server.port(), Greeting{"4712.0", 0, 1, kKey}, 2s);
-  });
+  const Greeting of_another_run{"4712.0", 0, 1, kKey};
+  const std::string other_run = error_of([&] { StoreClient("127.0.0.1", server.port(), of_another_run, 2s); });
   EXPECT_TRUE(contains(other_run, "it belongs to run 4712.0, this is run 4711.0")) << other_run;
   const std::string no_key = error_of([&] { client_of(server, 1, std::string(32, 'f')); });
   EXPECT_TRUE(contains(no_key, "cannot prove")) << no_key;
