@@ -514,12 +514,13 @@ TEST(DdpTrain, EveryRankFailsWithThePortAndTheFixWhenAnotherProgramHoldsIt) {
   const Result peer = testing::run({ddp_train(), "--timeout", "3", "1", "0"}, rank1);
   EXPECT_EQ(peer.status, 1) << peer.output;
   EXPECT_TRUE(contains(peer.output, "ddp-train: rank 1: the rendezvous store at 127.0.0.1:" + squatter.port() +
-                                        " did not prove within 3 s that it is this job's rank 0 (DDP_JOB_KEY): "))
+                                        " is not this job's rank 0's: rank 0 at 127.0.0.1:" + squatter.port() +
+                                        " did not answer"))
       << peer.output;
   EXPECT_TRUE(contains(peer.output, "; choose another port")) << peer.output;
 }
 
-// A real c10d store of another job (another key) on the port is refused the same way.
+// The store of another job (another key) on the port is refused the same way: it cannot prove this job's key.
 TEST(DdpTrain, ARankRefusesTheStoreOfAnotherJob) {
   const std::string dir = testing::make_temp_dir();
   const std::string port = std::to_string(testing::free_port());
@@ -533,10 +534,10 @@ TEST(DdpTrain, ARankRefusesTheStoreOfAnotherJob) {
       testing::spawn({ddp_train(), "--timeout", "20", "1", "0"}, other_job, dir + "/other.log");
   const Result refused = testing::run({ddp_train(), "--timeout", "3", "1", "0"}, this_job);
   EXPECT_EQ(refused.status, 1) << refused.output;
-  EXPECT_TRUE(contains(refused.output,
-                       "did not prove within 3 s that it is this job's rank 0 (DDP_JOB_KEY): it answered with another "
-                       "proof: it is another job's or another run's store; choose another port"))
+  EXPECT_TRUE(contains(refused.output, "is not this job's rank 0's: what answers at 127.0.0.1:" + port +
+                                           " cannot prove that it knows this job's key (DDP_JOB_KEY)"))
       << refused.output;
+  EXPECT_TRUE(contains(refused.output, "; choose another port")) << refused.output;
   kill(store.pid, SIGKILL);
   testing::wait_for(store);
 }

@@ -1,7 +1,8 @@
-// Rank 0's rendezvous store against outsiders: anyone who reaches MASTER_PORT can connect to c10d's TCPStore and
-// read or write any key whose name he knows. Here an outsider connects to a real ddp-train run's store and sets the
-// keys Gloo's connectFullMesh waits for, or the peer check's answers, by the names they would have without the
-// job's secret prefix; the run must not notice. Real ddp-train processes on 127.0.0.1.
+// Rank 0's rendezvous store against outsiders: anyone who reaches MASTER_PORT can try PyTorch's own TCPStore client
+// on it. Here an outsider does so against a real ddp-train run's store and sets the keys Gloo's connectFullMesh waits
+// for, or the peer check's answers, by the names they would have without the job's secret prefix: the project's
+// store takes nothing from a client that does not prove the job's key, and the run must not notice. Real ddp-train
+// processes on 127.0.0.1.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -26,15 +27,12 @@ using testing::ddp_train;
 
 constexpr char kJobKey[] = "0123456789abcdef0123456789abcdef";
 
-TEST(StoreAuth, TheKeyPrefixNeedsTheJobKeyAndDiffersFromTheProof) {
+TEST(StoreAuth, TheKeyPrefixNeedsTheJobKeyAndTheAttempt) {
   Launch launch;
   launch.run_id = "4711.0";
-  launch.master_addr = "node1";
-  launch.master_port = 29500;
   launch.job_key = kJobKey;
   const std::string prefix = store_key_prefix(launch);
   EXPECT_EQ(prefix.size(), kHmacHexDigits);
-  EXPECT_NE(prefix, store_proof(launch)) << "the proof, which anyone who joins the store reads, must not give it away";
   Launch other_key = launch;
   other_key.job_key = "ffffffffffffffffffffffffffffffff";
   EXPECT_NE(store_key_prefix(other_key), prefix);
@@ -99,10 +97,14 @@ TEST(StoreAuth, AnOutsiderCannotSetTheKeysGlooWaitsFor) {
   const std::vector<std::string> argv{
       ddp_train(), "--snapshot-dir", dir, "--output", dir + "/final.pt", "--timeout", "20", "2", "0"};
   const testing::Process rank0 = testing::spawn(argv, env, dir + "/rank0.log");
-  const compat::StorePtr store = outsider(port);
-  const std::string garbage = "an outsider's idea of rank 1's address";
-  store->set("0/1", bytes(garbage));
-  store->set("0/rank_1", bytes("elsewhere"));  // the host name LibTorch 1.13's Gloo reads beside it
+  // PyTorch's own client cannot even greet the project's store; were it to, the keys lie under the job's prefix.
+  try {
+    const compat::StorePtr store = outsider(port);
+    store->set("0/1", bytes("an outsider's idea of rank 1's address"));
+    store->set("0/rank_1", bytes("elsewhere"));  // the host name LibTorch 1.13's Gloo reads beside it
+  } catch (const std::exception&) {
+    // refused: it proves no key
+  }
   env["RANK"] = "1";
   const testing::Process rank1 = testing::spawn(argv, env, dir + "/rank1.log");
   const int status0 = testing::wait_at_most(rank0, std::chrono::seconds(60));
@@ -141,10 +143,14 @@ TEST(StoreAuth, AnOutsiderCannotAnswerThePeerCheckForAStoppedRank) {
     ASSERT_NE(at, std::string::npos);
     port = environ.substr(at + 12, environ.find('\0', at) - at - 12);
   }
-  const compat::StorePtr store = outsider(port);
-  for (const std::string prefix : {"ddp-train/peer-check/", "peer-check/"}) {
-    store->set(prefix + "alive/1", bytes("1"));
-    store->add(prefix + "answered", 1);
+  try {
+    const compat::StorePtr store = outsider(port);
+    for (const std::string prefix : {"ddp-train/peer-check/", "peer-check/"}) {
+      store->set(prefix + "alive/1", bytes("1"));
+      store->add(prefix + "answered", 1);
+    }
+  } catch (const std::exception&) {
+    // refused: it proves no key
   }
   kill(ranks[1].pid, SIGSTOP);
   const int status = testing::wait_at_most(ranks[0], std::chrono::seconds(60));

@@ -1,6 +1,6 @@
 #pragma once
 // MPI in this process: initialised once (MPI_THREAD_SERIALIZED), by whichever needs it first: sharing rank 0's
-// address under mpirun for the TCPStore, or the MPI process group. The MPI group makes every MPI call on one
+// address under mpirun for its store, or the MPI process group. The MPI group makes every MPI call on one
 // thread, the MPI thread below; a watchdog ends the job when one call outlives the timeout (MPI has none of its
 // own). Plain C++: no LibTorch here.
 #include <chrono>
@@ -12,7 +12,7 @@
 namespace ddp::runtime {
 
 // Under mpirun without MASTER_ADDR (OpenMPI exports only its own variables): rank 0's launch.master_addr (its
-// advertised_address) and launch.master_port (where its TCPStore already listens) to every rank, over MPI, so
+// advertised_address) and launch.master_port (where its store already listens) to every rank, over MPI, so
 // that the rendezvous needs nothing from the user.
 void share_master_over_mpi(Launch& launch);
 

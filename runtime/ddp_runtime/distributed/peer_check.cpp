@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/distributed/project_store.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"
 #include "ddp_runtime/training/error_message.hpp"
 
@@ -73,13 +74,14 @@ void run_check(const Launch& launch, const std::vector<RankIdentity>& ranks, mil
   std::string verdict;
   std::string failure;
   try {
-    // Elsewhere a fresh connection proves the store again: after a failure, whatever listens on the port now may
-    // not be rank 0's.
-    const ProvenStore proven =
-        launch.rank == 0 && hosted ? ProvenStore{hosted, ""} : connect_verified(launch, window, window);
-    if (!proven.store)
-      throw std::runtime_error("its store did not prove that it is this job's rank 0: " + proven.failure);
-    const compat::StorePtr& store = proven.store;
+    // Elsewhere a fresh connection, whose server proves the job's key again: after a failure, whatever listens on
+    // the port now may not be rank 0's.
+    const compat::StorePtr store =
+        launch.rank == 0 && hosted
+            ? hosted
+            : under_key_prefix(launch, connect_project_store(launch, rendezvous_run(launch), launch.master_addr,
+                                                             static_cast<uint16_t>(launch.master_port), window,
+                                                             window));
     store->set(kPrefix + "alive/" + std::to_string(launch.rank), store_value("1"));
     store->add(kPrefix + "answered", 1);
     const auto deadline = Clock::now() + window;

@@ -2,13 +2,14 @@
 // After a collective failed on this rank: which ranks still answer? A rank that is stopped (SIGSTOP), hung or on a
 // dead node makes every other rank's next collective fail at the process group's timeout with an error that does
 // not say whose fault it was (Gloo: "Timed out waiting ... for recv"). The ranks whose collective failed then meet
-// once more, through rank 0's TCPStore with a short timeout, in the manner of c10d's monitoredBarrier: the others
-// connect afresh and the store proves again that it is rank 0's (rank 0 uses the store it hosts), and under the job's
-// secret key prefix (store_auth.hpp) each rank says it is alive; rank 0 names the ranks that did not within the window:
+// once more, through rank 0's store with a short timeout, in the manner of c10d's monitoredBarrier: the others
+// connect afresh and the store proves again that it is rank 0's (rank 0 uses the store it hosts: project_store.hpp),
+// and under the job's secret key prefix (store_auth.hpp) each rank says it is alive; rank 0 names the ranks that did
+// not within the window:
 //   rank 3 on node2 (cpu) did not answer within 3 s after a collective failed (...): it is stopped, hung or gone
 // If rank 0 itself does not answer, the others name rank 0. Ranks other than 0 wait for rank 0's verdict and then a
 // little longer, so that srun's kill-on-bad-exit (rank 0 exits first) ends the step with one line about it.
-// Gloo and NCCL runs started with a TCPStore only; the MPI group has its own watchdog (mpi_process_group.hpp).
+// Gloo and NCCL runs started with rank 0's store only; the MPI group has its own watchdog (mpi_process_group.hpp).
 #include <chrono>
 #include <string>
 #include <vector>

@@ -4,7 +4,6 @@
 #include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <sys/socket.h>
 
@@ -18,16 +17,15 @@
 #include "core/error.hpp"
 #include "core/netif.hpp"
 #include "core/socket.hpp"
+#include "store/wire.hpp"
 #include "ddp_runtime/distributed/mpi_bootstrap.hpp"
 #include "ddp_runtime/distributed/mpi_process_group.hpp"
+#include "ddp_runtime/distributed/project_store.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"
 #include "ddp_runtime/training/error_message.hpp"
 
 namespace ddp::runtime {
 namespace {
-
-// How long the other ranks wait for rank 0's store to prove itself (store_auth.hpp) once something listens.
-constexpr auto kProofWait = std::chrono::seconds(30);
 
 std::string port_advice(const Launch& launch) {
   return "; choose another port (srun --ddp-port=N, or MASTER_PORT), or ask your admin to reserve ports for steps "
@@ -43,61 +41,41 @@ std::runtime_error unreachable(const Launch& launch, std::chrono::milliseconds t
                             "or raise --timeout");
 }
 
-// Waits until something accepts connections at MASTER_ADDR:MASTER_PORT (rank 0 may start later), without a word
-// to it: what listens there has yet to prove it is rank 0's store.
-void wait_for_listener(const Launch& launch, std::chrono::milliseconds timeout) {
-  try {
-    resolve(launch.master_addr, launch.master_port, SOCK_STREAM, 0);
-  } catch (const NetError& e) {
-    throw unreachable(launch, timeout, std::string("cannot resolve it: ") + e.what());
-  }
-  const Deadline deadline = Deadline::after(timeout);
-  for (;;) {
-    try {
-      // At most a second an attempt: a connection whose SYN was lost is tried again rather than waited out.
-      const auto attempt = std::chrono::milliseconds(std::min(1000, deadline.poll_ms()));
-      Socket::connect_to(launch.master_addr, launch.master_port, Deadline::after(attempt));
-      return;
-    } catch (const NetError& e) {
-      if (deadline.expired()) throw unreachable(launch, timeout, e.what());
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-}
-
-// The store of the job's keys: rank 0 hosts it and publishes its proof; the others use it once it has proven
-// itself. Either way the store returned holds every key under the job's secret prefix (store_auth.hpp).
+// The store of the job's keys, the project's (project_store.hpp): rank 0 hosts it on MASTER_PORT; every rank, rank 0
+// included, is a client that proves the job's key to it and has it prove the key back. Its keys lie under the job's
+// secret prefix too (store_auth.hpp), so that a name never says what it is.
 compat::StorePtr make_store(Launch& launch, std::chrono::milliseconds timeout) {
   if (launch.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
   if (launch.rank == 0) {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<std::uint16_t>(launch.master_port);
-    options.isServer = true;
-    options.numWorkers = static_cast<std::size_t>(launch.world_size);
-    options.waitWorkers = false;  // the ranks meet in the process group's own rendezvous, after the proof
-    options.timeout = timeout;
+    uint16_t bound = 0;
     compat::StorePtr store;
     try {
-      store = compat::make_tcp_store(launch.master_addr, options);
+      store = host_project_store(launch, rendezvous_run(launch), "", static_cast<uint16_t>(launch.master_port),
+                                 timeout, bound);
     } catch (const std::exception& e) {
       throw std::runtime_error("rank 0 could not host the rendezvous store at " + where + ": " + error_summary(e) +
                                port_advice(launch));
     }
     // The port the kernel picked when MASTER_PORT was 0 (OpenMPI launches): the one the others will be told.
-    launch.master_port = static_cast<c10d::TCPStore&>(*store).getPort();
-    return publish_proof(store, launch);
+    launch.master_port = bound;
+    return under_key_prefix(launch, store);
   }
-  wait_for_listener(launch, timeout);
-  const auto proof_wait = std::min<std::chrono::milliseconds>(timeout, kProofWait);
-  ProvenStore proven = connect_verified(launch, proof_wait, timeout);
-  if (!proven.store) {
+  try {
+    resolve(launch.master_addr, launch.master_port, SOCK_STREAM, 0);
+  } catch (const NetError& e) {
+    throw unreachable(launch, timeout, std::string("cannot resolve it: ") + e.what());
+  }
+  try {
+    return under_key_prefix(launch, connect_project_store(launch, rendezvous_run(launch), launch.master_addr,
+                                                          static_cast<uint16_t>(launch.master_port), timeout,
+                                                          timeout));
+  } catch (const ExchangeError& e) {
+    const std::string why = e.what();
+    if (why.find("cannot reach") != std::string::npos) throw unreachable(launch, timeout, why);
     throw std::runtime_error("rank " + std::to_string(launch.rank) + ": the rendezvous store at " + where +
-                             " did not prove within " + seconds_text(proof_wait) + " that it is this job's rank 0" +
-                             (launch.job_key.empty() ? "" : " (DDP_JOB_KEY)") + ": " + proven.failure +
-                             port_advice(launch) + ", or rank 0 failed first");
+                             " is not this job's rank 0's: " + why + port_advice(launch) + ", or rank 0 failed first");
   }
-  return proven.store;
 }
 
 // 0 without CUDA, so that a LibTorch built with CUDA on a machine without a GPU counts as having none.
@@ -117,7 +95,7 @@ std::string choose_backend(Backend hint) {
   return compat::nccl_built() && cuda_devices() > 0 ? "nccl" : "gloo";
 }
 
-// Gloo and NCCL meet through a TCPStore; MPI has its launcher's rendezvous (mpirun, PMIx under srun).
+// Gloo and NCCL meet through rank 0's store; MPI has its launcher's rendezvous (mpirun, PMIx under srun).
 // `store`: set to the rendezvous store.
 compat::ProcessGroupPtr make_group(Launch& launch, const std::string& backend, std::chrono::milliseconds timeout,
                                    compat::StorePtr& store) {

@@ -2,7 +2,6 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +17,7 @@
 
 #include "core/netif.hpp"
 #include "core/socket.hpp"
+#include "ddp_runtime/distributed/project_store.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"
 #include "ddp_runtime/training/error_message.hpp"
 
@@ -27,7 +27,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr char kStandbyProofKey[] = "ddp-train/standby-proof";
 constexpr char kGroupEnded[] = "ddp-train group ended";
 constexpr char kGroupHeader[] = "ddp-train group ";  // then the generation
 constexpr milliseconds kRecoveryPoll{10};
@@ -38,12 +37,6 @@ std::string join_request_key(int64_t ticket) { return "join/" + std::to_string(t
 std::atomic<int> releasing{0};
 
 std::string text(const std::vector<uint8_t>& value) { return std::string(value.begin(), value.end()); }
-
-// Bound to the run (the Slurm job, which every step of it shares: a replacement runs in a step of its own) and to
-// the endpoint.
-std::string standby_proof(const Launch& launch, const std::string& run_id, const std::string& endpoint) {
-  return job_hmac(launch, "ddp-train standby " + run_id + " " + endpoint);
-}
 
 // Every key of every generation lies under a prefix that only the job's key gives.
 std::string key_prefix(const Launch& launch, const std::string& run_id) {
@@ -229,21 +222,16 @@ std::unique_ptr<Recovery> Recovery::replacement(const Launch& launch, Distribute
 
 void Recovery::host_standby() {
   const std::string address = advertised_address(launch_.socket_ifnames);
-  c10d::TCPStoreOptions options;
-  options.port = 0;
-  options.isServer = true;
-  options.waitWorkers = false;
-  options.timeout = settings_.timeout;
-  compat::StorePtr server;
+  uint16_t port = 0;
+  compat::StorePtr own;
   try {
-    server = compat::make_tcp_store(address, options);
+    own = host_project_store(launch_, standby_run(settings_.run_id), address, 0, settings_.timeout, port);
   } catch (const std::exception& e) {
     throw std::runtime_error("rank " + std::to_string(launch_.rank) + " could not host its standby store on " +
                              address + " for --recover in-place: " + error_summary(e));
   }
-  endpoint_ = address + " " + std::to_string(static_cast<c10d::TCPStore&>(*server).getPort());
-  server->set(kStandbyProofKey, store_value(standby_proof(launch_, settings_.run_id, endpoint_)));
-  standby_ = c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), server);
+  endpoint_ = address + " " + std::to_string(port);
+  standby_ = c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), own);
 }
 
 Recovery::~Recovery() = default;
@@ -294,12 +282,14 @@ Recovery::Probe Recovery::probe(const Member& member, milliseconds wait) const {
   } catch (const NetError& e) {
     return {refused(e.what()) ? Probe::Dead : Probe::Silent, {}};
   }
-  const ProvenStore proven =
-      connect_proven(host, port, kStandbyProofKey, standby_proof(launch_, settings_.run_id, member.identity.standby),
-                     wait, milliseconds(500));
-  if (!proven.store) return {Probe::Silent, {}};
-  proven.store->setTimeout(settings_.timeout);
-  return {Probe::Answered, c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), proven.store)};
+  try {
+    // The server proves the job's key with a fresh nonce: one that took a freed port cannot pass for the member.
+    const compat::StorePtr store =
+        connect_project_store(launch_, standby_run(settings_.run_id), host, port, wait, settings_.timeout);
+    return {Probe::Answered, c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), store)};
+  } catch (const std::exception&) {
+    return {Probe::Silent, {}};
+  }
 }
 
 Regrouped Recovery::regroup(const MemberReport& mine) {

@@ -2,8 +2,9 @@
 // Recovery in place (ddp-train --recover in-place, Gloo): when a rank dies or stops answering, the others form a
 // smaller group and keep training, without a restart and without reading a snapshot.
 //
-// The store. Each rank hosts a standby c10d TCPStore from its start, on its own address (its task's NIC,
-// GLOO_SOCKET_IFNAME) at a port the kernel picks, proven with the job's key as rank 0's store is, and every rank
+// The store. Each rank hosts a standby store from its start (the project's: project_store.hpp), on its own address
+// (its task's NIC, GLOO_SOCKET_IFNAME) at a port the kernel picks, which proves the job's key to every client with a
+// fresh nonce as rank 0's store does (a program that takes a dead rank's port cannot pass for it), and every rank
 // learns every other's endpoint at start. Generation 0 meets at rank 0's store (MASTER_ADDR:MASTER_PORT); each later
 // generation meets at the standby store of its leader: the first rank, in the previous generation's order, that
 // answers. So any rank, rank 0 included, can fail and the others still meet at a place each of them can compute,

@@ -1,20 +1,15 @@
 #pragma once
-// Who may use rank 0's rendezvous store. PyTorch's c10d TCPStore has no authentication: whoever binds MASTER_PORT
-// first serves the ranks, and anyone who reaches the port can connect to rank 0's store and read or write every
-// key whose name he knows (the store has no command that lists keys). DDP_JOB_KEY, which only the job's
-// environment holds (ports.hpp), closes both doors with two values derived from it by HMAC:
-// - the proof, HMAC(key, "ddp-train store <run> <restart> <address>:<port>"): rank 0 writes it under the public name
-//   kProofKey, and every other rank reads and checks it before it sends the store anything else, also when it
-//   connects again after a failure (peer_check.hpp). A program that took the port cannot show it, and it learns no
-//   key name of the job;
+// What the job's key (DDP_JOB_KEY, which only the job's environment holds: ports.hpp) gives ddp-train beside the
+// stores' own proof (project_store.hpp: a client and its server prove the key to each other before any key is read
+// or written):
 // - the key prefix, HMAC(key, "ddp-train keys <run> <restart>"): every key of ddp-train, Gloo (the ranks'
-//   addresses, which connectFullMesh waits for) and NCCL (its unique id) lives under it, so an outsider who joins the
-//   real store can neither read them, nor set them before the ranks do, nor forge the peer check's answers.
-// Without DDP_JOB_KEY (a launch outside srun --ddp) both come from a fixed key: they still keep apart the store of
-// another job or program that holds the port by accident, but anyone can compute them.
+//   addresses, which connectFullMesh waits for) and NCCL (its unique id) lives under it, so that a key's name says
+//   nothing, also where it reaches an error message (it is redacted there too: core/redact.hpp);
+// - sealed records and the state's MAC, for in-place recovery (below).
+// Without DDP_JOB_KEY (a launch outside srun --ddp) all of them come from a fixed key: they still keep apart another
+// job or program that holds the port by accident, but anyone can compute them.
 //
-// Every MAC is the project's one HMAC, HMAC-SHA-256 (core/hmac.hpp), as ddp-doctor's greeting is.
-#include <chrono>
+// Every MAC is the project's one HMAC, HMAC-SHA-256 (core/hmac.hpp), as the store's proofs are.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -50,31 +45,8 @@ std::optional<std::string> open_record(const Launch& launch, const std::string& 
 std::string state_mac(const Launch& launch, const std::string& run_id, int64_t generation, const char* bytes,
                       std::size_t size);
 
-// The proof of rank 0's store at launch.master_addr:launch.master_port (the port it bound), and the prefix of the
-// job's keys: both bound to the run and the restart count.
-std::string store_proof(const Launch& launch);
+// The prefix of the job's keys, bound to the run and the restart count, and a store with every key under it.
 std::string store_key_prefix(const Launch& launch);
-
-// Rank 0: writes the proof into the store it hosts (launch.master_port: the port it bound); returns the store under
-// the key prefix.
-compat::StorePtr publish_proof(const compat::StorePtr& store, const Launch& launch);
-
-// A store that proved itself, or why none did.
-struct ProvenStore {
-  compat::StorePtr store;  // null when it did not prove itself
-  std::string failure;     // why, in words: "no answer within 5000 ms", the client's error, or a wrong proof
-};
-
-// Connects to the store at host:port as a client and reads `proof_key` within `wait` (a listener that never answers
-// does not hold this rank longer: the client runs on a thread of its own, left behind at the deadline, since the
-// TCPStore client of LibTorch 2.x may wait without a deadline for its first answer). The store is returned when the
-// value is `proof`.
-// `slack`: how much longer than `wait` a client that got no answer at all is waited for.
-ProvenStore connect_proven(const std::string& host, uint16_t port, const std::string& proof_key,
-                           const std::string& proof, std::chrono::milliseconds wait, std::chrono::milliseconds slack);
-
-// Connects to rank 0's store as a client and reads its proof within `wait` (see connect_proven). The store comes
-// under the key prefix with `timeout` for later calls.
-ProvenStore connect_verified(const Launch& launch, std::chrono::milliseconds wait, std::chrono::milliseconds timeout);
+compat::StorePtr under_key_prefix(const Launch& launch, compat::StorePtr store);
 
 }  // namespace ddp::runtime
