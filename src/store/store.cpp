@@ -173,7 +173,9 @@ bool StoreServer::admit(const Socket& socket, int& rank) {
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (clients_ >= kMaxClients) return refuse("the store has " + std::to_string(kMaxClients) + " clients already");
+    if (!admission_.rank_slots && clients_ >= admission_.max_clients) {
+      return refuse("the store has " + std::to_string(clients_) + " clients already");
+    }
     if (admission_.rank_slots) {
       if (!joined_.insert(static_cast<int>(greeted_rank)).second) {
         return refuse("RANK=" + rank_text + " connected twice");

@@ -36,7 +36,8 @@ inline constexpr size_t kMaxFrame = 16u << 20;  // one request or reply
 inline constexpr size_t kMaxStoreBytes = 256u << 20;
 inline constexpr size_t kEntryBytes = 64;
 inline constexpr size_t kMaxKeysPerClient = 1u << 16;  // keys one connection may create
-inline constexpr size_t kMaxClients = 1024;            // connections admitted at once
+// Connections admitted at once by a server without rank slots (one with them admits each rank once).
+inline constexpr size_t kMaxClients = 4096;
 inline constexpr auto kGreetingWait = std::chrono::seconds(2);
 
 int64_t wall_clock_ns();  // CLOCK_REALTIME
@@ -61,6 +62,7 @@ struct Admission {
   int world_size = 1;
   std::string job_key;
   bool rank_slots = true;
+  size_t max_clients = kMaxClients;  // without rank slots
 };
 
 // The proof of a greeting's side ("server" or "client") over its fields: HMAC-SHA-256 under `job_key`, in hex.

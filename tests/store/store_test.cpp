@@ -87,6 +87,26 @@ TEST(Store, WithoutRankSlotsAnyNumberOfClientsOfTheRunConnectAndOnlyThey) {
   EXPECT_EQ(again.key_count(soon()), 1) << "the refused clients set nothing";
 }
 
+// A server without rank slots admits at most max_clients at once; one that leaves makes room.
+TEST(StoreLimits, AServerWithoutRankSlotsAdmitsItsMostClientsAtOnce) {
+  Admission admission = any_rank();
+  admission.max_clients = 2;
+  StoreServer server("127.0.0.1", 0, admission);
+  StoreClient first = client_of(server);
+  {
+    StoreClient second = client_of(server);
+    const std::string refused = error_of([&] { client_of(server); });
+    EXPECT_TRUE(contains(refused, "the store has 2 clients already")) << refused;
+  }
+  // The server sees the second connection end a moment after its client is gone.
+  std::string error = "not tried";
+  for (int attempt = 0; attempt < 100 && !error.empty(); ++attempt) {
+    error = error_of([&] { client_of(server).set("k", "v", soon()); });
+    if (!error.empty()) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(error, "");
+}
+
 // Every key costs its bytes and kEntryBytes; deleting gives them back.
 TEST(StoreLimits, EveryKeyCountsItsBytesAndItsCost) {
   StoreServer server("127.0.0.1", 0, any_rank());
