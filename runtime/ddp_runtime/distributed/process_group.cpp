@@ -17,7 +17,7 @@
 #include "core/error.hpp"
 #include "core/netif.hpp"
 #include "core/socket.hpp"
-#include "store/wire.hpp"
+#include "store/store.hpp"
 #include "ddp_runtime/distributed/mpi_bootstrap.hpp"
 #include "ddp_runtime/distributed/mpi_process_group.hpp"
 #include "ddp_runtime/distributed/project_store.hpp"
@@ -51,8 +51,10 @@ compat::StorePtr make_store(Launch& launch, std::chrono::milliseconds timeout) {
     uint16_t bound = 0;
     compat::StorePtr store;
     try {
+      // Every rank, and each again for its peer check.
+      const size_t clients = std::max<size_t>(kMaxClients, 2 * static_cast<size_t>(launch.world_size) + 64);
       store = host_project_store(launch, rendezvous_run(launch), "", static_cast<uint16_t>(launch.master_port),
-                                 timeout, bound);
+                                 timeout, bound, clients);
     } catch (const std::exception& e) {
       throw std::runtime_error("rank 0 could not host the rendezvous store at " + where + ": " + error_summary(e) +
                                port_advice(launch));

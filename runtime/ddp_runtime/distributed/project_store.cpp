@@ -106,8 +106,9 @@ std::string rendezvous_run(const Launch& launch) {
 std::string standby_run(const std::string& run_id) { return "ddp-train standby " + run_id; }
 
 compat::StorePtr host_project_store(const Launch& launch, const std::string& run, const std::string& address,
-                                    uint16_t port, std::chrono::milliseconds timeout, uint16_t& bound_port) {
-  auto server = std::make_shared<StoreServer>(address, port, Admission{run, 0, launch.job_key, false});
+                                    uint16_t port, std::chrono::milliseconds timeout, uint16_t& bound_port,
+                                    size_t max_clients) {
+  auto server = std::make_shared<StoreServer>(address, port, Admission{run, 0, launch.job_key, false, max_clients});
   bound_port = server->port();
   const std::string self = address.empty() ? "127.0.0.1" : address;
   return c10::make_intrusive<ProjectStore>(server, ProjectStore::Target{self, bound_port, greeting_of(launch, run)},

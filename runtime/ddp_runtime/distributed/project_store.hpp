@@ -20,9 +20,11 @@ namespace ddp::runtime {
 
 // Hosts a server on `address`:`port` (empty address: every address; port 0: one the kernel picks) admitting clients
 // of `run` that prove the job's key, and returns this process's own client of it, which keeps the server alive.
-// `bound_port` is set to the port bound. Throws ddp::NetError where the port cannot be bound.
+// `bound_port` is set to the port bound. `max_clients`: connections at once (every rank, and again each rank's peer
+// check). Throws ddp::NetError where the port cannot be bound.
 compat::StorePtr host_project_store(const Launch& launch, const std::string& run, const std::string& address,
-                                    uint16_t port, std::chrono::milliseconds timeout, uint16_t& bound_port);
+                                    uint16_t port, std::chrono::milliseconds timeout, uint16_t& bound_port,
+                                    size_t max_clients);
 
 // A client of the server at host:port for `run`, connecting for up to `connect_wait` while nothing listens there
 // yet; the store's calls wait up to `timeout`. Throws ddp::ExchangeError naming the address and why: nothing

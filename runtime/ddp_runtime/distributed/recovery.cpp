@@ -18,6 +18,7 @@
 #include "core/netif.hpp"
 #include "core/socket.hpp"
 #include "ddp_runtime/distributed/project_store.hpp"
+#include "store/store.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"
 #include "ddp_runtime/training/error_message.hpp"
 
@@ -225,7 +226,7 @@ void Recovery::host_standby() {
   uint16_t port = 0;
   compat::StorePtr own;
   try {
-    own = host_project_store(launch_, standby_run(settings_.run_id), address, 0, settings_.timeout, port);
+    own = host_project_store(launch_, standby_run(settings_.run_id), address, 0, settings_.timeout, port, kMaxClients);
   } catch (const std::exception& e) {
     throw std::runtime_error("rank " + std::to_string(launch_.rank) + " could not host its standby store on " +
                              address + " for --recover in-place: " + error_summary(e));
