@@ -226,7 +226,9 @@ void Recovery::host_standby() {
   uint16_t port = 0;
   compat::StorePtr own;
   try {
-    own = host_project_store(launch_, standby_run(settings_.run_id), address, 0, settings_.timeout, port, kMaxClients);
+    // Every address, as c10d's TCPStore bound: `address` may be a host name (no GLOO_SOCKET_IFNAME) that this node
+    // resolves only through the others' view of it; the endpoint names it.
+    own = host_project_store(launch_, standby_run(settings_.run_id), "", 0, settings_.timeout, port, kMaxClients);
   } catch (const std::exception& e) {
     throw std::runtime_error("rank " + std::to_string(launch_.rank) + " could not host its standby store on " +
                              address + " for --recover in-place: " + error_summary(e));
