@@ -55,9 +55,17 @@ until grep -q '^Epoch 1 | Loss' "$log"; do
   [ "$SECONDS" -lt "$end" ] || fail "the one-node MPI run did not reach epoch 1 within 100 s: $(cat "$log")"
   sleep 0.2
 done
-# Rank 1 of this run: not a ddp-train of a cluster another suite runs in a root.
-rank=$(ddp_train_pids "SLURM_JOB_NAME=$name" RANK=1)
-[ -n "$rank" ] || fail "no rank 1 of the one-node MPI run to kill"
+# Rank 1 of this run: not a ddp-train of a cluster another suite runs in a root. Looked for again for a few seconds
+# (CI once found none just after epoch 1, with no more to say: the failure now shows the run's output and processes).
+rank=""
+for _ in $(seq 50); do
+  rank=$(ddp_train_pids "SLURM_JOB_NAME=$name" RANK=1)
+  [ -z "$rank" ] || break
+  sleep 0.2
+done
+[ -n "$rank" ] || fail "no rank 1 of the one-node MPI run to kill; the job user's processes:
+$("$CLUSTER_SH" pgrep -a -u "$DDP_CLUSTER_USER" || true)
+the run's output: $(cat "$log")"
 killed_at=$(date +%s.%N)
 kill -KILL "${rank%%$'\n'*}"
 status=0

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -294,6 +295,11 @@ std::string torch_python() {
   static const std::string found = [] {
     const std::string python = "/usr/bin/python3";
     const Result probe = run({python, "-c", "import torch"});
+    // What a probe that failed said (a hung one: its threads and tracebacks) shows in the failing test's output.
+    if (probe.status != 0) {
+      std::cerr << "[test support: " << python << " -c 'import torch' ended with status " << probe.status << ":\n"
+                << probe.output << "]\n";
+    }
     return probe.status == 0 ? python : "";
   }();
   return found;
