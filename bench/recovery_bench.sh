@@ -11,6 +11,9 @@
 #      (b) ended and restarted from the newest snapshot (--snapshot-every-seconds SNAPSHOT_EVERY) as
 #      ddp-restart does, each as samples/s over the clean run's.
 #   [RANKS=4 TRIES=5 TIMEOUT=5 DURATION=600 PERIOD=60 SNAPSHOT_EVERY=30] bench/recovery_bench.sh [BUILD_DIR]
+# BASELINE_BUILD=DIR: 1 to 3 also with DIR's ddp-train, try by try in turn with BUILD_DIR's, each median beside the
+# baseline's with their ratio (another version of ddp-train, e.g. before a change of its store). DURATION=0: 1 to 3
+# only.
 # Recovery in place needs a ddp-train built with LibTorch 2.x: on Debian 12, in a root, e.g.
 #   tests/stacks/root.sh run forky -- bench/recovery_bench.sh build-debian14
 set -euo pipefail
@@ -26,6 +29,12 @@ SNAPSHOT_EVERY=${SNAPSHOT_EVERY:-30}
 WIDTH=${WIDTH:-256}
 SAMPLES=${SAMPLES:-8192}
 [ -x "$TRAIN" ] || { echo "recovery_bench: $TRAIN is not built" >&2; exit 2; }
+TRAINS=("$TRAIN")
+if [ -n "${BASELINE_BUILD:-}" ]; then
+  TRAINS+=("$(realpath "$BASELINE_BUILD")/runtime/ddp-train")
+  [ -x "${TRAINS[1]}" ] || { echo "recovery_bench: ${TRAINS[1]} is not built" >&2; exit 2; }
+fi
+train=$TRAIN  # the ddp-train that start_ranks and start_replacement run
 WORK=$(mktemp -d)
 pids=()
 cleanup() {
@@ -49,7 +58,7 @@ start_ranks() {
   pids=()
   for ((rank = 0; rank < RANKS; rank++)); do
     env MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE="$RANKS" LOCAL_WORLD_SIZE="$RANKS" RANK=$rank \
-      LOCAL_RANK=$rank "$TRAIN" "${COMMON[@]}" --snapshot-dir "$dir" --output "$dir/final.pt" "$@" "$epochs" 0 \
+      LOCAL_RANK=$rank "$train" "${COMMON[@]}" --snapshot-dir "$dir" --output "$dir/final.pt" "$@" "$epochs" 0 \
       >>"$dir/rank$rank.log" 2>&1 &
     pids+=($!)
   done
@@ -64,7 +73,7 @@ start_replacement() {
   # The ranks share this machine's cores: a replacement started as a world of one would take all of them for its
   # intra-op threads, as the ranks take their share (cores / LOCAL_WORLD_SIZE), and slow every step of the group.
   env OMP_NUM_THREADS="$(( $(nproc) / RANKS > 0 ? $(nproc) / RANKS : 1 ))" MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
-    WORLD_SIZE=1 RANK=0 "$TRAIN" "${COMMON[@]}" --recover in-place --join \
+    WORLD_SIZE=1 RANK=0 "$train" "${COMMON[@]}" --recover in-place --join \
     --snapshot-dir "$1" --output "$1/final.pt" "$2" 0 >>"$replacement_log" 2>&1 &
   pids+=($!)
 }
@@ -106,16 +115,9 @@ detect() {  # SIGNAL TRY
   kill -KILL "${pids[@]}" 2>/dev/null || true
   wait_all
 }
-kill_times=() stop_times=()
-for ((i = 0; i < TRIES; i++)); do
-  kill_times+=("$(detect KILL "$i")")
-  stop_times+=("$(detect STOP "$i")")
-done
-
 # 3: a replacement for a killed rank, from its start to its first step in the group.
-join_times=()
-for ((i = 0; i < TRIES; i++)); do
-  dir=$WORK/join-$i
+join() {  # TRY
+  local dir=$WORK/join-$1 t0
   start_ranks "$dir" 100000 --recover in-place
   until_line "$dir/rank0.log" '^Epoch 1 \| Loss'
   kill -KILL "${pids[1]}"
@@ -123,10 +125,22 @@ for ((i = 0; i < TRIES; i++)); do
   t0=$(now)
   start_replacement "$dir" 100000
   until_line "$replacement_log" 'Joined the run'
-  join_times+=("$(elapsed "$t0" "$(now)")")
+  elapsed "$t0" "$(now)"
   kill -KILL "${pids[@]}" 2>/dev/null || true
   wait_all
+}
+
+# Each ddp-train's times, in turn within each try (index j of TRAINS): space-separated seconds.
+kill_times=() stop_times=() join_times=()
+for ((i = 0; i < TRIES; i++)); do
+  for j in "${!TRAINS[@]}"; do
+    train=${TRAINS[$j]}
+    kill_times[j]+=" $(detect KILL "$j-$i")"
+    stop_times[j]+=" $(detect STOP "$j-$i")"
+    join_times[j]+=" $(join "$j-$i")"
+  done
 done
+train=$TRAIN
 
 # 4: the clean run sets the number of epochs that last about DURATION seconds. An epoch's time is the difference
 # of a run of 8 epochs and one of 2, divided by 6: the start of the processes and their rendezvous (seconds, on a
@@ -200,6 +214,28 @@ run_restarts() {
   elapsed "$t0" "$(now)"
 }
 
+# One line of 1 to 3: this ddp-train's median and times, and where there is a baseline, its median and the ratio.
+times_line() {  # WHAT TIMES0 [TIMES1]
+  local what=$1 this baseline median0 median1
+  read -ra this <<<"$2"
+  median0=$(printf '%s\n' "${this[@]}" | median)
+  if [ -z "${3:-}" ]; then
+    echo "recovery_bench: $what: median $median0 s (${this[*]})"
+    return
+  fi
+  read -ra baseline <<<"$3"
+  median1=$(printf '%s\n' "${baseline[@]}" | median)
+  echo "recovery_bench: $what: median $median0 s (${this[*]}); baseline $median1 s (${baseline[*]});" \
+    "this / baseline $(awk -v a="$median0" -v b="$median1" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }')"
+}
+
+echo "recovery_bench: $RANKS ranks of ddp-train (mlp, width $WIDTH, $SAMPLES samples) on $(nproc) cores, 127.0.0.1"
+[ -z "${BASELINE_BUILD:-}" ] || echo "recovery_bench: this: $TRAIN; baseline: ${TRAINS[1]}"
+times_line "SIGKILL of a rank -> next completed step" "${kill_times[0]}" "${kill_times[1]:-}"
+times_line "SIGSTOP of a rank -> next completed step at --timeout $TIMEOUT" "${stop_times[0]}" "${stop_times[1]:-}"
+times_line "a replacement from its start to its first step" "${join_times[0]}" "${join_times[1]:-}"
+[ "$DURATION" != 0 ] || exit 0
+
 clean=$(run_clean)
 in_place=$(run_in_place)
 restarts=$(run_restarts)
@@ -207,13 +243,6 @@ samples=$(awk -v e="$EPOCHS" -v n="$SAMPLES" 'BEGIN { print e * n }')
 rate() { awk -v s="$samples" -v t="$1" 'BEGIN { printf "%.0f", s / t }'; }
 ratio() { awk -v c="$clean" -v t="$1" 'BEGIN { printf "%.1f%%", 100 * c / t }'; }
 
-echo "recovery_bench: $RANKS ranks of ddp-train (mlp, width $WIDTH, $SAMPLES samples) on $(nproc) cores, 127.0.0.1"
-echo "recovery_bench: SIGKILL of a rank -> next completed step: median $(printf '%s\n' "${kill_times[@]}" | median) s" \
-  "(${kill_times[*]})"
-echo "recovery_bench: SIGSTOP of a rank -> next completed step at --timeout $TIMEOUT: median" \
-  "$(printf '%s\n' "${stop_times[@]}" | median) s (${stop_times[*]})"
-echo "recovery_bench: a replacement from its start to its first step: median" \
-  "$(printf '%s\n' "${join_times[@]}" | median) s (${join_times[*]})"
 echo "recovery_bench: $EPOCHS epochs ($samples samples), a rank killed every $PERIOD s:"
 echo "recovery_bench:   clean           $clean s, $(rate "$clean") samples/s"
 echo "recovery_bench:   in place        $in_place s, $(rate "$in_place") samples/s, $(ratio "$in_place") of clean" \

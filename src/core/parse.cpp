@@ -1,5 +1,7 @@
 #include "core/parse.hpp"
 
+#include <charconv>
+
 #include "core/error.hpp"
 
 namespace ddp {
@@ -13,6 +15,13 @@ std::optional<uint64_t> parse_uint(std::string_view text, uint64_t max) {
     if (digit > max || value > (max - digit) / 10) return std::nullopt;  // max - digit must not wrap
     value = value * 10 + digit;
   }
+  return value;
+}
+
+std::optional<int64_t> parse_int(std::string_view text) {
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
   return value;
 }
 

@@ -12,6 +12,9 @@ namespace ddp {
 // A decimal unsigned integer made of digits only (no sign, no spaces), at most `max`.
 std::optional<uint64_t> parse_uint(std::string_view text, uint64_t max);
 
+// A decimal 64-bit integer, the whole text: an optional '-', then digits (no '+', no spaces).
+std::optional<int64_t> parse_int(std::string_view text);
+
 // Like parse_uint, but throws ddp::Error naming `what`, the text and the allowed range.
 uint64_t require_uint(std::string_view text, uint64_t min, uint64_t max, std::string_view what);
 

@@ -1,7 +1,5 @@
 #include "core/ports.hpp"
 
-#include <sys/random.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -10,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/parse.hpp"
+#include "core/random_hex.hpp"
 
 namespace ddp {
 
@@ -49,38 +48,6 @@ const char* to_string(PortSource source) {
   }
   return "?";
 }
-
-namespace {
-
-// `digits` lowercase hex digits from the kernel's random source; `what` names the value in the error.
-std::string random_hex(std::size_t digits, const char* what) {
-  std::vector<unsigned char> random((digits + 1) / 2);
-  size_t got = 0;
-  while (got < random.size()) {
-    const ssize_t n = getrandom(random.data() + got, random.size() - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw Error(std::string("no random bytes for ") + what + " (getrandom: " + std::strerror(errno) + ")");
-    got += static_cast<size_t>(n);
-  }
-  static const char kDigits[] = "0123456789abcdef";
-  std::string text;
-  for (unsigned char byte : random) {
-    text += kDigits[byte >> 4];
-    text += kDigits[byte & 15];
-  }
-  text.resize(digits);
-  return text;
-}
-
-bool is_lower_hex(std::string_view text, std::size_t digits) {
-  if (text.size() != digits) return false;
-  for (char c : text) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 std::string new_job_key() { return random_hex(kJobKeyDigits, "the job's key"); }
 

@@ -4,12 +4,14 @@
 #include <time.h>
 
 #include <algorithm>
-#include <charconv>
 #include <climits>
+#include <optional>
+#include <system_error>
 #include <thread>
 
 #include "core/child_process.hpp"
 #include "core/hmac.hpp"
+#include "core/parse.hpp"
 #include "core/ports.hpp"
 
 namespace ddp {
@@ -23,11 +25,6 @@ constexpr auto kLateReply = std::chrono::seconds(1);  // a get's "timeout" may c
 
 // 128 random bits, as a job's key is made.
 std::string greeting_nonce() { return new_job_key(); }
-
-bool parse_int64(const std::string& text, int64_t& value) {
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  return !text.empty() && error == std::errc() && end == text.data() + text.size();
-}
 
 }  // namespace
 
@@ -103,10 +100,19 @@ void StoreServer::accept_connections() {
       shutdown(oldest->first, SHUT_RDWR);
       pending_.erase(oldest);
     }
-    connections_.insert(socket.fd());
-    pending_.emplace(socket.fd(), arrivals_++);
+    const int fd = socket.fd();
+    connections_.insert(fd);
+    pending_.emplace(fd, arrivals_++);
     ++threads_;
-    std::thread([this, s = std::move(socket)]() mutable { serve(std::move(s)); }).detach();
+    try {
+      std::thread([this, s = std::move(socket)]() mutable { serve(std::move(s)); }).detach();
+    } catch (const std::system_error&) {
+      // No thread to be had (the process's thread or memory limit): this connection is closed, its client fails or
+      // tries again, and the store goes on serving the others.
+      connections_.erase(fd);
+      pending_.erase(fd);
+      --threads_;
+    }
   }
   --threads_;
   changed_.notify_all();
@@ -242,9 +248,9 @@ std::string StoreServer::answer(WireReader& request, Client& client) {
     const std::string key = request.get();
     const int64_t delta = request.get_int();
     const auto found = values_.find(key);
-    int64_t sum = 0;
-    if (found != values_.end() && !parse_int64(found->second, sum))
-      throw ExchangeError("add to a key without a number");
+    const std::optional<int64_t> held = found == values_.end() ? std::optional<int64_t>{0} : parse_int(found->second);
+    if (!held) throw ExchangeError("add to a key without a number");
+    int64_t sum = *held;
     if (__builtin_add_overflow(sum, delta, &sum)) throw ExchangeError("add past the range of a 64-bit number");
     store(key, std::to_string(sum), client);
     return WireWriter().put_int(sum).bytes();

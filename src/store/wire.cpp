@@ -1,7 +1,5 @@
 #include "store/wire.hpp"
 
-#include <charconv>
-
 #include "core/parse.hpp"
 
 namespace ddp {
@@ -31,13 +29,9 @@ std::string WireReader::get() {
 std::string WireReader::get_text() { return printable(get(), kMaxField); }
 
 int64_t WireReader::get_int() {
-  const std::string text = get();
-  int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    throw ExchangeError("malformed message from another rank (not a number)");
-  }
-  return value;
+  const std::optional<int64_t> value = parse_int(get());
+  if (!value) throw ExchangeError("malformed message from another rank (not a number)");
+  return *value;
 }
 
 int64_t WireReader::get_int(int64_t min, int64_t max) {

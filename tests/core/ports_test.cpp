@@ -100,6 +100,14 @@ TEST(Parse, MaximaBelowNineAreKept) {
   EXPECT_EQ(parse_uint("18446744073709551616", UINT64_MAX), std::nullopt);
 }
 
+TEST(Parse, AnIntegerIsTheWholeTextWithinSixtyFourBits) {
+  EXPECT_EQ(parse_int("-12"), -12);
+  EXPECT_EQ(parse_int("9223372036854775807"), INT64_MAX);
+  EXPECT_EQ(parse_int("-9223372036854775808"), INT64_MIN);
+  EXPECT_EQ(parse_int("9223372036854775808"), std::nullopt);
+  for (const char* bad : {"", "+1", " 1", "1 ", "1x", "-", "0x10"}) EXPECT_EQ(parse_int(bad), std::nullopt) << bad;
+}
+
 TEST(Ports, ConcurrentStepsOfOneJobNeverShareAPort) {
   std::set<uint16_t> ports;
   for (uint32_t step = 0; step < kStepsPerJob; ++step) ports.insert(hashed_port(4242, step, kRange));

@@ -17,6 +17,8 @@
 
 #include "core/netif.hpp"
 #include "core/redact.hpp"
+#include "ddp_runtime/distributed/project_store.hpp"
+#include "store/store.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 
@@ -180,6 +182,46 @@ TEST_F(RecoverInPlace, RankZeroKilledTheNextRankLeadsAndWritesTheModel) {
   EXPECT_TRUE(contains(output, "Final model saved at " + dir + "/final.pt")) << output;
 }
 
+// The run's group file in `dir` (its name holds the run id).
+std::string group_file_in(const std::string& dir) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind(".ddp-group-", 0) == 0) return entry.path();
+  }
+  return dir + "/.ddp-group-missing";
+}
+
+// The standby endpoint of `rank` in the group file rank 0 wrote ("ID\tHOST PORT" lines after the seal and header).
+uint16_t standby_port_in(const std::string& group_file, int rank) {
+  std::istringstream lines(testing::read_text(group_file));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(std::to_string(rank) + "\t", 0) == 0) {
+      return static_cast<uint16_t>(std::stoi(line.substr(line.rfind(' ') + 1)));
+    }
+  }
+  return 0;
+}
+
+// A program that takes the dead leader's freed standby port and speaks the store's protocol perfectly, but for
+// another job's key, cannot pass for it: the survivors' probe asks it to answer a fresh nonce under the job's key, it
+// cannot, and the next rank leads. Nothing is stored in it, and it learns no key's name.
+TEST_F(RecoverInPlace, AStoreOnTheDeadLeadersFreedStandbyPortIsNotBelieved) {
+  const std::string dir = run_dir();
+  Ranks ranks;
+  ranks.processes = testing::spawn_ranks(3, recovering_run(dir, {"12", "4"}), dir);
+  ASSERT_TRUE(testing::wait_for_text(ranks[1].output_path, "] Epoch 3 | Batchsize", ranks[1]));
+  const uint16_t port = standby_port_in(group_file_in(dir), 0);
+  ASSERT_NE(port, 0) << testing::read_text(group_file_in(dir));
+  kill(ranks[0].pid, SIGKILL);
+  ASSERT_EQ(testing::wait_for(ranks[0]), 128 + SIGKILL);
+  StoreServer impostor("", port, Admission{standby_run("default"), 0, std::string(32, 'e'), false});
+  EXPECT_EQ(testing::wait_at_most(ranks[1], std::chrono::seconds(120)), 0);
+  EXPECT_EQ(testing::wait_at_most(ranks[2], std::chrono::seconds(30)), 0);
+  const std::size_t leader =
+      printed_by(ranks, {1, 2}, "Recovered in place: rank 0 on " + host_name() + " (cpu) lost (");
+  EXPECT_TRUE(contains(testing::read_text(ranks[leader].output_path), "Final model saved at " + dir + "/final.pt"));
+  EXPECT_EQ(impostor.stored_bytes(), 0u) << "a client that proved no key stored nothing";
+}
+
 // A stopped rank fails the others' collective at --timeout; they go on without it, and when it runs again it finds a
 // newer generation without it and ends.
 TEST_F(RecoverInPlace, AStoppedRankIsLeftOutAndEndsWhenItComesBack) {
@@ -225,14 +267,6 @@ TEST_F(RecoverInPlace, AStoppedRankThatComesBackAfterTheRunEndedIsLeftOutAndWrit
                                     " (cpu) was left out: the other ranks went on without it and ended the run ("))
       << stopped;
   EXPECT_TRUE(run_files(dir) == left) << "the model, the snapshots and the group file are as the survivors left them";
-}
-
-// The run's group file in `dir` (its name holds the run id).
-std::string group_file_in(const std::string& dir) {
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().filename().string().rfind(".ddp-group-", 0) == 0) return entry.path();
-  }
-  return dir + "/.ddp-group-missing";
 }
 
 // The group file is the witness that the run ended or went on: a survivor that reads "ended" there gives up. One

@@ -2,8 +2,10 @@
 // limits that keep anyone from growing the hosting process's memory, each performed against a real server on
 // 127.0.0.1. The attacks of strangers and of a server that cannot prove the key are in tests/doctor/store_test.cpp.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -164,6 +166,36 @@ TEST(StoreLimits, AddToTextOrPastTheRangeEndsThatConnectionOnly) {
   EXPECT_TRUE(contains(error_of([&] { other.add("big", 1, soon()); }), "adding to big"));
   StoreClient third = client_of(server);
   EXPECT_EQ(third.get("text", "reading text", soon()), "abc");
+}
+
+// The hosting process's address space, in bytes (/proc/self/status VmSize).
+size_t address_space_used() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmSize:", 0) == 0) return std::stoul(line.substr(7)) * 1024;
+  }
+  return 0;
+}
+
+// Each admitted connection has a thread of its own. Where the process can have no more (its limits; here an address
+// space too small for one more thread's stack), the connection is closed, its client is told, and the store serves the
+// next one once threads can be had again: the hosting rank does not end.
+TEST(StoreLimits, AConnectionWithNoThreadToServeItIsClosedAndTheStoreGoesOn) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than any limit this test sets";
+#endif
+  StoreServer server("127.0.0.1", 0, any_rank());
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &saved), 0);
+  // 4 MiB to spare: less than a thread's stack (8 MiB), enough for what the client allocates.
+  const rlimit tight{address_space_used() + (4u << 20), saved.rlim_max};
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &tight), 0);
+  const std::string refused = error_of([&] { client_of(server); });
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &saved), 0);
+  EXPECT_FALSE(refused.empty()) << "a connection the server could not serve was admitted";
+  StoreClient store = client_of(server);
+  store.set("after", "served", soon());
+  EXPECT_EQ(store.get("after", "reading after", soon()), "served");
 }
 
 }  // namespace

@@ -79,9 +79,9 @@ void run_check(const Launch& launch, const std::vector<RankIdentity>& ranks, mil
     const compat::StorePtr store =
         launch.rank == 0 && hosted
             ? hosted
-            : under_key_prefix(launch, connect_project_store(launch, rendezvous_run(launch), launch.master_addr,
-                                                             static_cast<uint16_t>(launch.master_port), window,
-                                                             window));
+            : under_key_prefix(launch,
+                               connect_project_store(launch, rendezvous_run(launch), launch.master_addr,
+                                                     static_cast<uint16_t>(launch.master_port), window, window));
     store->set(kPrefix + "alive/" + std::to_string(launch.rank), store_value("1"));
     store->add(kPrefix + "answered", 1);
     const auto deadline = Clock::now() + window;

@@ -17,12 +17,12 @@
 #include "core/error.hpp"
 #include "core/netif.hpp"
 #include "core/socket.hpp"
-#include "store/store.hpp"
 #include "ddp_runtime/distributed/mpi_bootstrap.hpp"
 #include "ddp_runtime/distributed/mpi_process_group.hpp"
 #include "ddp_runtime/distributed/project_store.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"
 #include "ddp_runtime/training/error_message.hpp"
+#include "store/store.hpp"
 
 namespace ddp::runtime {
 namespace {
@@ -53,8 +53,8 @@ compat::StorePtr make_store(Launch& launch, std::chrono::milliseconds timeout) {
     try {
       // Every rank, and each again for its peer check.
       const size_t clients = std::max<size_t>(kMaxClients, 2 * static_cast<size_t>(launch.world_size) + 64);
-      store = host_project_store(launch, rendezvous_run(launch), "", static_cast<uint16_t>(launch.master_port),
-                                 timeout, bound, clients);
+      store = host_project_store(launch, rendezvous_run(launch), "", static_cast<uint16_t>(launch.master_port), timeout,
+                                 bound, clients);
     } catch (const std::exception& e) {
       throw std::runtime_error("rank 0 could not host the rendezvous store at " + where + ": " + error_summary(e) +
                                port_advice(launch));
@@ -70,8 +70,7 @@ compat::StorePtr make_store(Launch& launch, std::chrono::milliseconds timeout) {
   }
   try {
     return under_key_prefix(launch, connect_project_store(launch, rendezvous_run(launch), launch.master_addr,
-                                                          static_cast<uint16_t>(launch.master_port), timeout,
-                                                          timeout));
+                                                          static_cast<uint16_t>(launch.master_port), timeout, timeout));
   } catch (const ExchangeError& e) {
     const std::string why = e.what();
     if (why.find("cannot reach") != std::string::npos) throw unreachable(launch, timeout, why);

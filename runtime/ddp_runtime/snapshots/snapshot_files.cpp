@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/netif.hpp"
 #include "core/parse.hpp"
+#include "core/random_hex.hpp"
 
 namespace ddp::runtime {
 namespace {
@@ -55,26 +55,6 @@ std::string parent_dir(const std::string& path) {
 std::string base_name(const std::string& path) {
   const std::size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-std::string random_hex(std::size_t bytes) {
-  unsigned char random[32];
-  bytes = std::min(bytes, sizeof random);
-  std::size_t got = 0;
-  while (got < bytes) {
-    const ssize_t n = getrandom(random + got, bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw std::runtime_error(std::string("no random bytes for a temporary file name: ") + std::strerror(errno));
-    got += static_cast<std::size_t>(n);
-  }
-  static const char kDigits[] = "0123456789abcdef";
-  std::string text;
-  for (std::size_t i = 0; i < bytes; ++i) {
-    text += kDigits[random[i] >> 4];
-    text += kDigits[random[i] & 15];
-  }
-  return text;
 }
 
 bool same_file(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
@@ -351,7 +331,7 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path), name_(base_name(p
 
 void AtomicFile::create_temporary() {
   for (int attempt = 0; attempt < 10; ++attempt) {
-    temporary_ = "." + name_ + kTemporaryMarker + writer_node() + "-" + random_hex(8);
+    temporary_ = "." + name_ + kTemporaryMarker + writer_node() + "-" + random_hex(16, "a temporary file name");
     UniqueFd fd(openat(dir_fd_, temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd && errno == EEXIST) continue;
     if (!fd) throw std::runtime_error(system_error("cannot create", join_path(parent_dir(path_), temporary_)));
@@ -410,7 +390,7 @@ SnapshotFiles::SnapshotFiles(const std::string& dir, std::string run_id)
 }
 
 void SnapshotFiles::probe() const {
-  const std::string name = kProbePrefix + random_hex(8);
+  const std::string name = kProbePrefix + random_hex(16, "a temporary file name");
   try {
     AtomicFile probe(dir_.fd(), dir(), name);
     probe.write("probe", 5);

@@ -8,13 +8,14 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <thread>
 
 #include "core/error.hpp"
 #include "core/parse.hpp"
+#include "core/random_hex.hpp"
 #include "doctor/checks/storage.hpp"
+#include "store/wire.hpp"
 
 namespace ddp::doctor {
 namespace {
@@ -36,7 +37,20 @@ std::vector<Peer> sharing_leaders(const std::vector<Peer>& peers) {
   return found;
 }
 
-constexpr char kLockHeld[] = "held";
+constexpr size_t kNonceDigits = 32;
+// What rank 0 says of its token's lock, broadcast to the others, who grade it.
+struct TokenLock {
+  enum State : int64_t { Held, NoToken, CannotOpen, Failed };
+  State state = NoToken;
+  std::string why;  // CannotOpen, Failed: the error
+
+  std::string encode() const { return WireWriter().put_int(state).put(why).bytes(); }
+  static TokenLock decode(const std::string& bytes) {
+    WireReader reader(bytes);
+    const auto state = static_cast<State>(reader.get_int(Held, Failed));
+    return {state, reader.get_text()};
+  }
+};
 
 // The detail of a WARN: `error` is empty where this node took a lock `holder` holds, else why it could not lock.
 std::string node_local_locks(const std::string& path, const Peer& holder, const std::string& error) {
@@ -50,12 +64,12 @@ std::string node_local_locks(const std::string& path, const Peer& holder, const 
          "Mount the directory with local_lock=none (NFS) or flock (Lustre) for locks every node sees";
 }
 
-// Rank 0 locks its own token as ddp-train's writer locks its temporary (flock), into `fd`: "held", or why not.
-std::string hold_lock(const std::string& path, int& fd) {
+// Rank 0 locks its own token as ddp-train's writer locks its temporary (flock), into `fd`.
+TokenLock hold_lock(const std::string& path, int& fd) {
   fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return "cannot open " + quote(path) + ": " + std::strerror(errno);
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) return std::strerror(errno);
-  return kLockHeld;
+  if (fd < 0) return {TokenLock::CannotOpen, "cannot open " + quote(path) + ": " + std::strerror(errno)};
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) return {TokenLock::Failed, std::strerror(errno)};
+  return {TokenLock::Held, ""};
 }
 
 // Another leader tries to lock rank 0's locked token: it must be refused.
@@ -78,18 +92,18 @@ CheckResult try_rank_zeros_lock(const std::string& path, const Peer& holder) {
 // This rank's storage.locks row, once rank 0 said whether it holds its token locked (`lock`); none for ranks that do
 // not take part. Rank 0 has a row only where it could not lock; another leader tries only rank 0's token it saw.
 CheckResult grade_locks(int rank, const std::vector<Peer>& sharing, const std::string& dir, const std::string& nonce,
-                        const std::string& lock, const std::vector<CheckResult>& shared) {
+                        const TokenLock& lock, const std::vector<CheckResult>& shared) {
   const auto me = std::find_if(sharing.begin(), sharing.end(), [&](const Peer& p) { return p.rank == rank; });
   if (me == sharing.end()) return {};
   const Peer& holder = sharing.front();
   CheckResult result;
-  if (lock != kLockHeld) {
+  if (lock.state != TokenLock::Held) {
     // Where rank 0 had no token to lock, storage.shared says why.
-    if (rank != 0 || lock == "no token") return {};
-    result = lock.rfind("cannot open", 0) == 0
-                 ? skipped(checks::kStorageLocks, lock)
-                 : make_result(checks::kStorageLocks, Status::Warn, "failed: " + lock, "a lock rank 0 holds",
-                               node_local_locks(token_path(dir, nonce, 0), holder, lock));
+    if (rank != 0 || lock.state == TokenLock::NoToken) return {};
+    result = lock.state == TokenLock::CannotOpen
+                 ? skipped(checks::kStorageLocks, lock.why)
+                 : make_result(checks::kStorageLocks, Status::Warn, "failed: " + lock.why, "a lock rank 0 holds",
+                               node_local_locks(token_path(dir, nonce, 0), holder, lock.why));
   } else if (rank == 0) {
     return {};
   } else if (shared.empty() || shared.back().status != Status::Ok) {
@@ -104,16 +118,9 @@ CheckResult grade_locks(int rank, const std::vector<Peer>& sharing, const std::s
 
 }  // namespace
 
-std::string new_nonce() {
-  std::random_device random;
-  std::string nonce;
-  for (int i = 0; i < 32; ++i) nonce += "0123456789abcdef"[random() % 16];
-  return nonce;
-}
+std::string new_nonce() { return random_hex(kNonceDigits, "ddp-doctor's run nonce"); }
 
-bool valid_nonce(const std::string& text) {
-  return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
+bool valid_nonce(const std::string& text) { return is_lower_hex(text, kNonceDigits); }
 
 std::string token_path(const std::string& dir, const std::string& nonce, int rank) {
   return dir + "/" + kDoctorFilePrefix + "shared-" + nonce + "-" + std::to_string(rank);
@@ -205,11 +212,9 @@ std::vector<CheckResult> check_shared_dir(Group& group, const std::vector<Peer>&
   // Rank 0 holds its token locked until every other node has tried to lock it too.
   const bool rank_zero_part = !sharing.empty() && sharing.front().rank == 0 && sharing.size() > 1;
   int held = -1;
-  std::string holding;
-  if (group.rank() == 0 && rank_zero_part) {
-    holding = write_error.empty() ? hold_lock(token_path(dir, nonce, 0), held) : "no token";
-  }
-  const std::string lock = group.broadcast("token locked", holding, deadline);
+  TokenLock holding;
+  if (group.rank() == 0 && rank_zero_part && write_error.empty()) holding = hold_lock(token_path(dir, nonce, 0), held);
+  const TokenLock lock = TokenLock::decode(group.broadcast("token locked", holding.encode(), deadline));
   if (rank_zero_part) {
     const CheckResult tried = grade_locks(group.rank(), sharing, dir, nonce, lock, results);
     if (!tried.check.empty()) results.push_back(tried);
