@@ -26,6 +26,13 @@ constexpr auto kLateReply = std::chrono::seconds(1);  // a get's "timeout" may c
 // 128 random bits, as a job's key is made.
 std::string greeting_nonce() { return new_job_key(); }
 
+// A server that cannot prove the job's key: `how` it failed.
+std::string unproven(const std::string& where, const std::string& how) {
+  return "what answers at " + where + " cannot prove that it knows this job's key (DDP_JOB_KEY): " + how +
+         "; it is not this job's rank 0, another program holds the port; choose another port (srun --ddp-port=N, or "
+         "MASTER_PORT)";
+}
+
 }  // namespace
 
 std::string greeting_proof(const std::string& job_key, const std::string& side,
@@ -317,21 +324,21 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, const Greeting&
   const std::string no_answer = "rank 0 at " + where_ + " did not answer";
   WireReader challenge(request(hello, Deadline::after(kGreetingWait), no_answer));
   const std::string verdict = challenge.get();
-  if (verdict == "challenge") {
-    const std::string server_nonce = challenge.get();
-    const std::string fields_proof = challenge.get();
-    const std::vector<std::string> fields{greeting.run_id, rank_text, client_nonce, server_nonce};
-    if (!same_mac(fields_proof, greeting_proof(greeting.job_key, "server", fields))) {
-      throw ExchangeError("what answers at " + where_ + " cannot prove that it knows this job's key (DDP_JOB_KEY): " +
-                          "it is not this job's rank 0, another program holds the port; choose another port " +
-                          "(srun --ddp-port=N, or MASTER_PORT)");
-    }
-    const std::string response = WireWriter().put(greeting_proof(greeting.job_key, "client", fields)).bytes();
-    WireReader answer(request(response, Deadline::after(kGreetingWait), no_answer));
-    check_verdict(answer.get(), answer, greeting.rank);
-    return;
+  // The server's first word is its challenge, with its proof, or a refusal: anything else (a bare "ok") is a server
+  // that skips its proof, and gets no request.
+  if (verdict != "challenge") {
+    if (verdict == "refused") check_verdict(verdict, challenge, greeting.rank);
+    throw ExchangeError(unproven(where_, "it answered the greeting without proving it"));
   }
-  check_verdict(verdict, challenge, greeting.rank);
+  const std::string server_nonce = challenge.get();
+  const std::string fields_proof = challenge.get();
+  const std::vector<std::string> fields{greeting.run_id, rank_text, client_nonce, server_nonce};
+  if (!same_mac(fields_proof, greeting_proof(greeting.job_key, "server", fields))) {
+    throw ExchangeError(unproven(where_, "its proof does not verify"));
+  }
+  const std::string response = WireWriter().put(greeting_proof(greeting.job_key, "client", fields)).bytes();
+  WireReader answer(request(response, Deadline::after(kGreetingWait), no_answer));
+  check_verdict(answer.get(), answer, greeting.rank);
 }
 
 void StoreClient::check_verdict(const std::string& verdict, WireReader& answer, int rank) const {

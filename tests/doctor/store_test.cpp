@@ -5,10 +5,14 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <thread>
 
+#include "core/socket.hpp"
 #include "doctor/run/group.hpp"
 #include "doctor/run/report.hpp"
 #include "doctor/run/shared_dir.hpp"
+#include "store/store.hpp"
+#include "store/wire.hpp"
 #include "test_support.hpp"
 
 namespace ddp::doctor {
@@ -163,12 +167,40 @@ TEST(StoreAttack, ARankRefusesAServerThatCannotProveTheJobsKey) {
   StoreServer impostor(0, "812.0", 2, std::string(32, 'e'));
   const auto greet = [&] { StoreClient("127.0.0.1", impostor.port(), {"812.0", 2, 1, kKey}, 2s); };
   const std::string error = error_of<ExchangeError>(greet);
-  EXPECT_TRUE(contains(error, "cannot prove that it knows this job's key (DDP_JOB_KEY): it is not this job's rank 0"))
+  EXPECT_TRUE(contains(error,
+                       "cannot prove that it knows this job's key (DDP_JOB_KEY): its proof does not verify; it "
+                       "is not this job's rank 0"))
       << error;
   EXPECT_EQ(greeting_proof(kKey, "client", {"a", "b"}), greeting_proof(kKey, "client", {"a", "b"}));
   EXPECT_NE(greeting_proof(kKey, "client", {"a", "b"}), greeting_proof(kKey, "server", {"a", "b"}));
   EXPECT_NE(greeting_proof(kKey, "client", {"ab", ""}), greeting_proof(kKey, "client", {"a", "b"}));
   EXPECT_EQ(greeting_proof(kKey, "client", {}).size(), 64u);
+}
+
+// A server that answers the greeting with a bare "ok", skipping its challenge and proof, is refused: the rank sends
+// it no request (before, it got the next one, `get members`).
+TEST(StoreAttack, ARankRefusesAServerThatSkipsItsProof) {
+  const Socket listener = Socket::listen_on("127.0.0.1", 0);
+  std::string after_ok = "nothing";
+  std::thread fake([&] {
+    const Socket socket = listener.accept(Deadline::after(5s));
+    socket.recv_frame(Deadline::after(2s), 4096);
+    socket.send_frame(WireWriter().put("ok").bytes(), Deadline::after(2s));
+    try {
+      after_ok = socket.recv_frame(Deadline::after(2s), 4096);
+    } catch (const NetError&) {
+      // closed or silent: the rank sent nothing more
+    }
+  });
+  const std::string error = error_of<ExchangeError>([&] {
+    StoreClient("127.0.0.1", listener.local_port(), {"812.0", 2, 1, kKey}, 2s).get("members", "", Deadline::after(2s));
+  });
+  fake.join();
+  EXPECT_TRUE(contains(error,
+                       "cannot prove that it knows this job's key (DDP_JOB_KEY): it answered the greeting "
+                       "without proving it"))
+      << error;
+  EXPECT_EQ(after_ok, "nothing");
 }
 
 TEST(StoreAttack, AFrameOverTheLimitClosesThatConnectionOnly) {
