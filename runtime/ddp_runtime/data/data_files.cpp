@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "ddp_runtime/common/tensor_text.hpp"
 #include "ddp_runtime/mapped_file.hpp"
 #include "ddp_runtime/snapshots/pickle_reader.hpp"
-#include "ddp_runtime/training/tensor_text.hpp"
 
 namespace ddp::runtime {
 namespace {

@@ -10,9 +10,9 @@
 #include <thread>
 
 #include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/distributed/project_store.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"
-#include "ddp_runtime/training/error_message.hpp"
 
 namespace ddp::runtime {
 namespace {

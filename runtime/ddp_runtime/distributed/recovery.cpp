@@ -17,9 +17,9 @@
 
 #include "core/netif.hpp"
 #include "core/socket.hpp"
+#include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/distributed/project_store.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"
-#include "ddp_runtime/training/error_message.hpp"
 #include "store/store.hpp"
 
 namespace ddp::runtime {

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "ddp_runtime/training/error_message.hpp"
+#include "ddp_runtime/common/error_message.hpp"
 
 namespace ddp::runtime {
 namespace {

@@ -15,12 +15,12 @@
 #include "core/error.hpp"
 #include "core/parse.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/optimizer_table.hpp"
 #include "ddp_runtime/snapshots/pickle_reader.hpp"
 #include "ddp_runtime/snapshots/saved_value.hpp"
 #include "ddp_runtime/train_options.hpp"
-#include "ddp_runtime/training/error_message.hpp"
-#include "ddp_runtime/training/optimizer_table.hpp"
 
 namespace ddp::runtime {
 namespace {

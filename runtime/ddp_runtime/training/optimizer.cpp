@@ -14,9 +14,9 @@
 #include "core/command_line.hpp"
 #include "core/error.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/snapshots/optimizer_table.hpp"
 #include "ddp_runtime/snapshots/saved_value.hpp"
 #include "ddp_runtime/training/kind_table.hpp"
-#include "ddp_runtime/training/optimizer_table.hpp"
 
 namespace ddp::runtime {
 namespace {

@@ -13,8 +13,8 @@
 #include <streambuf>
 
 #include "core/error.hpp"
+#include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
-#include "ddp_runtime/training/error_message.hpp"
 
 namespace ddp::runtime {
 namespace {

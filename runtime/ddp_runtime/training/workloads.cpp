@@ -14,11 +14,11 @@
 
 #include "core/command_line.hpp"
 #include "core/error.hpp"
+#include "ddp_runtime/common/tensor_text.hpp"
 #include "ddp_runtime/data/data_files.hpp"
 #include "ddp_runtime/data/idx.hpp"
 #include "ddp_runtime/training/kind_table.hpp"
 #include "ddp_runtime/training/script_model.hpp"
-#include "ddp_runtime/training/tensor_text.hpp"
 
 namespace ddp::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "ddp_runtime/training/error_message.hpp"
+#include "ddp_runtime/common/error_message.hpp"
 
 #include <c10/util/Exception.h>
 

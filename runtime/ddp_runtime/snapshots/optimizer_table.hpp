@@ -1,4 +1,5 @@
 #pragma once
+// Kept beside the snapshots: most of an entry is a snapshot's layout, which snapshot.cpp reads; optimizer.cpp fills it.
 // The optimizers ddp-train knows, one entry each in optimizer.cpp's table: how LibTorch makes one, how its state per
 // parameter is kept in torch.optim's state_dict layout, and its param group in a snapshot (the keys torch.optim's
 // optimizer puts there, so that Python's optimizer.load_state_dict accepts the group whatever its version, how they
