@@ -226,7 +226,7 @@ times_line() {  # WHAT TIMES0 [TIMES1]
   read -ra baseline <<<"$3"
   median1=$(printf '%s\n' "${baseline[@]}" | median)
   echo "recovery_bench: $what: median $median0 s (${this[*]}); baseline $median1 s (${baseline[*]});" \
-    "this / baseline $(awk -v a="$median0" -v b="$median1" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }')"
+    "this / baseline $(awk -v a="$median0" -v b="$median1" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')"
 }
 
 echo "recovery_bench: $RANKS ranks of ddp-train (mlp, width $WIDTH, $SAMPLES samples) on $(nproc) cores, 127.0.0.1"

@@ -322,7 +322,10 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, const Greeting&
                                 .put(client_nonce)
                                 .bytes();
   const std::string no_answer = "rank 0 at " + where_ + " did not answer";
-  WireReader challenge(request(hello, Deadline::after(kGreetingWait), no_answer));
+  // A client given less than kGreetingWait (recovery's probe of a member that may be stopped) waits no longer for
+  // the greeting either: whoever waits for the probe waits for its longest part.
+  const auto greeting_wait = std::min<std::chrono::milliseconds>(kGreetingWait, timeout);
+  WireReader challenge(request(hello, Deadline::after(greeting_wait), no_answer));
   const std::string verdict = challenge.get();
   // The server's first word is its challenge, with its proof, or a refusal: anything else (a bare "ok") is a server
   // that skips its proof, and gets no request.
@@ -337,7 +340,7 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, const Greeting&
     throw ExchangeError(unproven(where_, "its proof does not verify"));
   }
   const std::string response = WireWriter().put(greeting_proof(greeting.job_key, "client", fields)).bytes();
-  WireReader answer(request(response, Deadline::after(kGreetingWait), no_answer));
+  WireReader answer(request(response, Deadline::after(greeting_wait), no_answer));
   check_verdict(answer.get(), answer, greeting.rank);
 }
 

@@ -116,9 +116,9 @@ class StoreServer {
 
 class StoreClient {
  public:
-  // Connects to `host`:`port`, retrying for `timeout` while nothing listens there yet, and greets. Throws
-  // ExchangeError naming the address, how long it tried and why, rank 0's reason to refuse, or that the server could
-  // not prove the job's key.
+  // Connects to `host`:`port`, retrying for `timeout` while nothing listens there yet, and greets, waiting up to
+  // kGreetingWait (or `timeout` where that is less) for each answer. Throws ExchangeError naming the address, how
+  // long it tried and why, rank 0's reason to refuse, or that the server could not prove the job's key.
   StoreClient(const std::string& host, uint16_t port, const Greeting& greeting, std::chrono::milliseconds timeout);
 
   // Every call throws ExchangeError naming the server and what failed; one whose reply did not come leaves the
