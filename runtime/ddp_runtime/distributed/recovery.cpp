@@ -31,6 +31,9 @@ using std::chrono::milliseconds;
 constexpr char kGroupEnded[] = "ddp-train group ended";
 constexpr char kGroupHeader[] = "ddp-train group ";  // then the generation
 constexpr milliseconds kRecoveryPoll{10};
+// A live member's standby store answers a probe's greeting within this; a stopped member's (its port still accepts)
+// is probed again until the join window has passed, and the leader decides once the last probe is back.
+constexpr milliseconds kGreetingAnswer{500};
 // At rank 0's standby store: the counter of tickets a replacement takes, then its request under its ticket.
 constexpr char kJoinTickets[] = "joins";
 std::string join_request_key(int64_t ticket) { return "join/" + std::to_string(ticket); }
@@ -287,8 +290,8 @@ Recovery::Probe Recovery::probe(const Member& member, milliseconds wait) const {
   }
   try {
     // The server proves the job's key with a fresh nonce: one that took a freed port cannot pass for the member.
-    const compat::StorePtr store =
-        connect_project_store(launch_, standby_run(settings_.run_id), host, port, wait, settings_.timeout);
+    const compat::StorePtr store = connect_project_store(launch_, standby_run(settings_.run_id), host, port,
+                                                         std::min(wait, kGreetingAnswer), settings_.timeout);
     return {Probe::Answered, c10::make_intrusive<c10d::PrefixStore>(key_prefix(launch_, settings_.run_id), store)};
   } catch (const std::exception&) {
     return {Probe::Silent, {}};
