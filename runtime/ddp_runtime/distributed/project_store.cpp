@@ -12,10 +12,9 @@
 namespace ddp::runtime {
 namespace {
 
-constexpr char kNoKey[] = "";
-
-std::string text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
-std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+// A value as the project's store keeps it, and back (the names differ from other files': unity builds batch them).
+std::string value_text(const std::vector<uint8_t>& value) { return std::string(value.begin(), value.end()); }
+std::vector<uint8_t> value_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 
 class ProjectStore : public c10d::Store {
  public:
@@ -40,18 +39,18 @@ class ProjectStore : public c10d::Store {
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     const std::lock_guard<std::mutex> lock(mutex_);
-    client_.set(key, text(value), deadline());
+    client_.set(key, value_text(value), deadline());
   }
 
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                   const std::vector<uint8_t>& desired) override {
     const std::lock_guard<std::mutex> lock(mutex_);
-    return bytes(client_.compare_set(key, text(expected), text(desired), deadline()));
+    return value_bytes(client_.compare_set(key, value_text(expected), value_text(desired), deadline()));
   }
 
   std::vector<uint8_t> get(const std::string& key) override {
     const std::lock_guard<std::mutex> lock(mutex_);
-    return bytes(client_.get(key, "waiting for a key of the store at " + client_.where(), deadline()));
+    return value_bytes(client_.get(key, "waiting for a key of the store at " + client_.where(), deadline()));
   }
 
   int64_t add(const std::string& key, int64_t value) override {
@@ -94,7 +93,7 @@ class ProjectStore : public c10d::Store {
 };
 
 Greeting greeting_of(const Launch& launch, const std::string& run) {
-  return Greeting{run, 0, kAnyRank, launch.job_key.empty() ? std::string(kNoKey) : launch.job_key};
+  return Greeting{run, 0, kAnyRank, launch.job_key};
 }
 
 }  // namespace
