@@ -7,14 +7,11 @@
 #include <vector>
 
 #include "core/socket.hpp"
+#include "ddp_runtime/distributed/store_auth.hpp"
 #include "store/store.hpp"
 
 namespace ddp::runtime {
 namespace {
-
-// A value as the project's store keeps it, and back (the names differ from other files': unity builds batch them).
-std::string value_text(const std::vector<uint8_t>& value) { return std::string(value.begin(), value.end()); }
-std::vector<uint8_t> value_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 
 class ProjectStore : public c10d::Store {
  public:
@@ -39,18 +36,18 @@ class ProjectStore : public c10d::Store {
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     const std::lock_guard<std::mutex> lock(mutex_);
-    client_.set(key, value_text(value), deadline());
+    client_.set(key, store_text(value), deadline());
   }
 
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                   const std::vector<uint8_t>& desired) override {
     const std::lock_guard<std::mutex> lock(mutex_);
-    return value_bytes(client_.compare_set(key, value_text(expected), value_text(desired), deadline()));
+    return store_value(client_.compare_set(key, store_text(expected), store_text(desired), deadline()));
   }
 
   std::vector<uint8_t> get(const std::string& key) override {
     const std::lock_guard<std::mutex> lock(mutex_);
-    return value_bytes(client_.get(key, "waiting for a key of the store at " + client_.where(), deadline()));
+    return store_value(client_.get(key, "waiting for a key of the store at " + client_.where(), deadline()));
   }
 
   int64_t add(const std::string& key, int64_t value) override {

@@ -40,8 +40,6 @@ std::string join_request_key(int64_t ticket) { return "join/" + std::to_string(t
 
 std::atomic<int> releasing{0};
 
-std::string text(const std::vector<uint8_t>& value) { return std::string(value.begin(), value.end()); }
-
 // Every key of every generation lies under a prefix that only the job's key gives.
 std::string key_prefix(const Launch& launch, const std::string& run_id) {
   return job_hmac(launch, "ddp-train recovery keys " + run_id) + "/recovery/";
@@ -248,7 +246,7 @@ std::string Recovery::seal(const std::string& name, const std::string& text) con
 
 std::optional<std::string> Recovery::open_sealed(const std::string& name, const std::vector<uint8_t>& value,
                                                  const std::string& from) {
-  std::optional<std::string> opened = open_record(launch_, settings_.run_id, name, text(value));
+  std::optional<std::string> opened = open_record(launch_, settings_.run_id, name, store_text(value));
   if (!opened) {
     refused_.push_back("refused the record " + name + " " + from +
                        ": its MAC under the job's key does not verify (forged, or replayed from another generation "

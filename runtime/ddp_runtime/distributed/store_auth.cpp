@@ -12,6 +12,8 @@ namespace ddp::runtime {
 
 std::vector<uint8_t> store_value(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 
+std::string store_text(const std::vector<uint8_t>& value) { return std::string(value.begin(), value.end()); }
+
 namespace {
 
 constexpr char kNoKey[] = "no key";

@@ -20,12 +20,11 @@
 
 namespace ddp::runtime {
 
-constexpr char kStoreProofKey[] = "ddp-train/store-proof";
-
 // A text as the bytes of a store value.
 std::vector<uint8_t> store_value(const std::string& text);
+std::string store_text(const std::vector<uint8_t>& value);  // store_value's inverse
 
-// HMAC-SHA-256 of `message` under the job's key (DDP_JOB_KEY; without one, the fixed key above), in hex.
+// HMAC-SHA-256 of `message` under the job's key (DDP_JOB_KEY; without one, a fixed key anyone could compute), in hex.
 std::string job_hmac(const Launch& launch, const std::string& message);
 
 // Records of in-place recovery (the leader, each member's report, a generation's member list, a replacement's
