@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/hostlist.hpp"
-#include "core/task_env.hpp"
+#include "base/hostlist.hpp"
 #include "report/failure_report.hpp"
 #include "report/step_logs.hpp"
+#include "spank_plugin/step/task_env.hpp"
 #include "timing.hpp"
 
 using ddp::bench::microseconds_per_call;

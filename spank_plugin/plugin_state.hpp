@@ -7,11 +7,11 @@
 #include <optional>
 #include <string>
 
-#include "core/mount_view.hpp"
-#include "core/options.hpp"
+#include "base/mount_view.hpp"
 #include "core/snapshot_dir.hpp"
-#include "core/task_env.hpp"
-#include "launch/node_setup.hpp"
+#include "spank_plugin/step/node_setup.hpp"
+#include "spank_plugin/step/options.hpp"
+#include "spank_plugin/step/task_env.hpp"
 
 namespace ddp::spank {
 

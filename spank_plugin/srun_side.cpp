@@ -11,14 +11,14 @@
 #include <optional>
 #include <string>
 
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
-#include "core/ports.hpp"
-#include "core/step.hpp"
 #include "dispatch.h"
-#include "launch/node_setup.hpp"
 #include "plugin_state.hpp"
 #include "slurm_versions.h"
+#include "spank_plugin/step/node_setup.hpp"
+#include "spank_plugin/step/ports.hpp"
+#include "spank_plugin/step/step.hpp"
 #include "topology/topology_cache.hpp"
 
 using namespace ddp::spank;

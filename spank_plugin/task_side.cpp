@@ -15,17 +15,17 @@
 
 #include <cstdio>
 
+#include "base/parse.hpp"
+#include "base/resolve.hpp"
+#include "base/user.hpp"
 #include "core/container.hpp"
 #include "core/env_names.hpp"
 #include "core/error.hpp"
 #include "core/netif.hpp"
-#include "core/parse.hpp"
-#include "core/ports.hpp"
-#include "core/resolve.hpp"
 #include "core/snapshot_dir.hpp"
-#include "core/user.hpp"
 #include "dispatch.h"
 #include "plugin_state.hpp"
+#include "spank_plugin/step/ports.hpp"
 #include "topology/id_list.hpp"
 
 using namespace ddp::spank;

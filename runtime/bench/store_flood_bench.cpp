@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/socket.hpp"
+#include "base/socket.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
 #include "store/store.hpp"
 

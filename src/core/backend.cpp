@@ -2,8 +2,8 @@
 
 #include <string>
 
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 
 namespace ddp {
 

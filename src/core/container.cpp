@@ -8,9 +8,9 @@
 #include <cstring>
 #include <set>
 
+#include "base/parse.hpp"
 #include "core/env_names.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 
 namespace ddp {
 namespace {

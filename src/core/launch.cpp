@@ -1,10 +1,10 @@
 #include "core/launch.hpp"
 
+#include "base/parse.hpp"
 #include "core/container.hpp"
 #include "core/env_names.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
-#include "core/ports.hpp"
+#include "core/job_key.hpp"
 
 namespace ddp {
 namespace {

@@ -14,9 +14,9 @@
 #include <memory>
 #include <utility>
 
+#include "base/parse.hpp"
+#include "base/socket.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
-#include "core/socket.hpp"
 
 namespace ddp {
 namespace {

@@ -10,10 +10,10 @@
 #include <cstring>
 #include <vector>
 
-#include "core/child_process.hpp"
+#include "base/child_process.hpp"
+#include "base/mount_view.hpp"
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/mount_view.hpp"
-#include "core/parse.hpp"
 
 namespace ddp {
 namespace {

@@ -15,11 +15,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/json_string.hpp"
+#include "base/parse.hpp"
 #include "core/env_names.hpp"
 #include "core/error.hpp"
-#include "core/json_string.hpp"
 #include "core/netif.hpp"
-#include "core/parse.hpp"
 #include "core/redact.hpp"
 
 namespace ddp {

@@ -9,12 +9,12 @@
 #include <cstring>
 #include <vector>
 
-#include "core/child_process.hpp"
+#include "base/child_process.hpp"
+#include "base/parse.hpp"
+#include "base/user.hpp"
 #include "core/env.hpp"
 #include "core/env_names.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
-#include "core/user.hpp"
 
 namespace ddp {
 namespace {
@@ -105,18 +105,6 @@ std::string error_file_name(uint32_t rank, const std::string& host) {
 }
 
 std::string nccl_dump_prefix(const std::string& host) { return "nccl-" + safe_host(host) + "-rank"; }
-
-void add_failure_reporting(TaskEnv& env, const std::optional<std::string>& step_dir, uint32_t rank,
-                           const std::string& host) {
-  if (step_dir) env.set(vars::kErrorFile, *step_dir + "/" + error_file_name(rank, host));
-  // A collective that hangs ends the process after its timeout instead of holding the allocation (PyTorch's
-  // default since 2.2: tear down without aborting communicators, an abort can hang itself), with the flight
-  // recorder's last collectives dumped where ddp-why finds them.
-  env.set_default(vars::kNcclAsyncErrorHandling, "3");
-  env.set_default(vars::kNcclDumpOnTimeout, "1");
-  env.set_default(vars::kNcclTraceBufferSize, "2000");
-  if (step_dir) env.set_default(vars::kNcclDebugInfoTempFile, *step_dir + "/" + nccl_dump_prefix(host));
-}
 
 DirRules log_dir_rules(bool create) {
   DirRules rules;

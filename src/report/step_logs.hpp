@@ -22,7 +22,6 @@
 
 #include "core/env_names.hpp"
 #include "core/snapshot_dir.hpp"
-#include "core/task_env.hpp"
 #include "report/failure_report.hpp"
 
 namespace ddp {
@@ -43,13 +42,6 @@ std::string step_log_dir(const std::string& base, const std::string& run_id);
 // File names inside the step's directory. Host names keep [A-Za-z0-9._-]; anything else becomes '_'.
 std::string error_file_name(uint32_t rank, const std::string& host);
 std::string nccl_dump_prefix(const std::string& host);
-
-// Per task: TORCHELASTIC_ERROR_FILE and TORCH_NCCL_DEBUG_INFO_TEMP_FILE in `step_dir` when it is usable, and always
-// PyTorch's watchdog and flight-recorder settings (TORCH_NCCL_ASYNC_ERROR_HANDLING, TORCH_NCCL_DUMP_ON_TIMEOUT,
-// TORCH_NCCL_TRACE_BUFFER_SIZE), each unless the user set it. TORCHELASTIC_ERROR_FILE belongs to the contract and
-// replaces an outer launcher's stale value.
-void add_failure_reporting(TaskEnv& env, const std::optional<std::string>& step_dir, uint32_t rank,
-                           const std::string& host);
 
 // The snapshot directory's rules, worded for the log directory; `create`: as DirRules::create.
 DirRules log_dir_rules(bool create);

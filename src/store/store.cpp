@@ -9,10 +9,10 @@
 #include <system_error>
 #include <thread>
 
-#include "core/child_process.hpp"
-#include "core/hmac.hpp"
-#include "core/parse.hpp"
-#include "core/ports.hpp"
+#include "base/child_process.hpp"
+#include "base/hmac.hpp"
+#include "base/parse.hpp"
+#include "core/job_key.hpp"
 
 namespace ddp {
 namespace {

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "core/socket.hpp"
+#include "base/socket.hpp"
 #include "store/wire.hpp"
 
 namespace ddp {

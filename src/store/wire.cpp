@@ -1,6 +1,6 @@
 #include "store/wire.hpp"
 
-#include "core/parse.hpp"
+#include "base/parse.hpp"
 
 namespace ddp {
 

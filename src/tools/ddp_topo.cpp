@@ -7,12 +7,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/command_line.hpp"
+#include "base/command_line.hpp"
+#include "base/json_string.hpp"
+#include "base/parse.hpp"
+#include "base/resolve.hpp"
 #include "core/error.hpp"
-#include "core/json_string.hpp"
 #include "core/netif.hpp"
-#include "core/parse.hpp"
-#include "core/resolve.hpp"
 #include "topology/binding.hpp"
 #include "topology/id_list.hpp"
 #include "topology/topology.hpp"

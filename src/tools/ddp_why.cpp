@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "core/command_line.hpp"
+#include "base/command_line.hpp"
+#include "base/parse.hpp"
+#include "base/unique_fd.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
-#include "core/unique_fd.hpp"
 #include "report/failure_report.hpp"
 #include "report/step_logs.hpp"
 

@@ -10,9 +10,9 @@
 #include <memory>
 #include <tuple>
 
+#include "base/parse.hpp"
 #include "core/env_names.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 #include "topology/id_list.hpp"
 
 namespace ddp {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 
 namespace ddp {
 namespace {

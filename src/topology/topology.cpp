@@ -17,9 +17,9 @@
 #include <memory>
 #include <tuple>
 
-#include "core/child_process.hpp"
+#include "base/child_process.hpp"
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 #include "topology/id_list.hpp"
 
 namespace ddp {

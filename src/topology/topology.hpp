@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/gpus.hpp"
+#include "topology/gpus.hpp"
 
 namespace ddp {
 

@@ -14,10 +14,10 @@
 #include <fstream>
 #include <vector>
 
+#include "base/parse.hpp"
+#include "base/unique_fd.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 #include "core/snapshot_dir.hpp"
-#include "core/unique_fd.hpp"
 #include "topology/topology.hpp"
 
 namespace ddp {

@@ -17,8 +17,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "core/ports.hpp"
-#include "core/socket.hpp"
+#include "base/socket.hpp"
+#include "spank_plugin/step/ports.hpp"
 
 namespace ddp::testing {
 namespace {

@@ -1,5 +1,5 @@
 // The command-line kit: one table of options makes the parser and the usage text of every program.
-#include "core/command_line.hpp"
+#include "base/command_line.hpp"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/launch.hpp"
-#include "core/task_env.hpp"
+#include "spank_plugin/step/task_env.hpp"
 #include "steps.hpp"
 #include "test_common.hpp"
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "core/container.hpp"
-#include "core/step.hpp"
-#include "core/task_env.hpp"
 #include "report/step_logs.hpp"
+#include "spank_plugin/step/step.hpp"
+#include "spank_plugin/step/task_env.hpp"
 #include "steps.hpp"
 
 namespace ddp {

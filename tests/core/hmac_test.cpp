@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "core/hmac.hpp"
+#include "base/hmac.hpp"
 
 namespace ddp {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/hostlist.hpp"
+#include "base/hostlist.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "core/json_string.hpp"
+#include "base/json_string.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // A container's view of the file system against the node's: mountinfo as the kernel writes it, the mount that holds
 // a path, and the rule that keeps a snapshot directory off the container's own file systems.
-#include "core/mount_view.hpp"
+#include "base/mount_view.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

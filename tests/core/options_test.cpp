@@ -1,4 +1,4 @@
-#include "core/options.hpp"
+#include "spank_plugin/step/options.hpp"
 
 #include <gtest/gtest.h>
 

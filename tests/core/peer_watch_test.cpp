@@ -1,6 +1,6 @@
 // PeerWatch: a peer that ends is seen, one that is stopped is not, and peers that cannot be told apart from a reused
 // PID or that live on another kernel or in another PID namespace are not watched.
-#include "core/peer_watch.hpp"
+#include "base/peer_watch.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>

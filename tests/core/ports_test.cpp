@@ -1,12 +1,12 @@
-#include "core/ports.hpp"
+#include "spank_plugin/step/ports.hpp"
 #include "core/redact.hpp"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 
 namespace ddp {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/ports.hpp"
+#include "spank_plugin/step/ports.hpp"
 
 namespace ddp {
 namespace {

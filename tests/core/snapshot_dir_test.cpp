@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/task_env.hpp"
+#include "spank_plugin/step/task_env.hpp"
 #include "test_common.hpp"
 
 namespace ddp {

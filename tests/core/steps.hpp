@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/options.hpp"
-#include "core/step.hpp"
+#include "spank_plugin/step/options.hpp"
+#include "spank_plugin/step/step.hpp"
 
 namespace ddp::test {
 

@@ -1,11 +1,11 @@
-#include "core/task_env.hpp"
+#include "spank_plugin/step/task_env.hpp"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "core/error.hpp"
-#include "core/step.hpp"
+#include "spank_plugin/step/step.hpp"
 #include "steps.hpp"
 
 namespace ddp {
@@ -200,6 +200,26 @@ TEST(Step, SpecialStepsAreNotApplicationSteps) {
   EXPECT_FALSE(is_application_step(0xfffffffa));  // interactive
   EXPECT_FALSE(is_application_step(0xfffffffb));  // batch
   EXPECT_FALSE(is_application_step(0xfffffffc));  // extern
+}
+
+TEST(TaskEnv, FailureReportingKeepsTheUsersWatchdogSettings) {
+  TaskEnv env([](const std::string& name) -> std::optional<std::string> {
+    if (name == "TORCH_NCCL_TRACE_BUFFER_SIZE") return "64";
+    if (name == "TORCHELASTIC_ERROR_FILE") return "/stale/outer/launcher.json";
+    return std::nullopt;
+  });
+  add_failure_reporting(env, std::string("/logs/12.3"), 5, "node3");
+  EXPECT_EQ(env.value("TORCHELASTIC_ERROR_FILE"), "/logs/12.3/error-rank5-node3.json");
+  EXPECT_EQ(env.value("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+  EXPECT_EQ(env.value("TORCH_NCCL_DUMP_ON_TIMEOUT"), "1");
+  EXPECT_EQ(env.value("TORCH_NCCL_TRACE_BUFFER_SIZE"), "64");
+  EXPECT_EQ(env.value("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"), "/logs/12.3/nccl-node3-rank");
+
+  TaskEnv without_dir([](const std::string&) { return std::nullopt; });
+  add_failure_reporting(without_dir, std::nullopt, 5, "node3");
+  EXPECT_FALSE(without_dir.value("TORCHELASTIC_ERROR_FILE"));
+  EXPECT_FALSE(without_dir.value("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"));
+  EXPECT_EQ(without_dir.value("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
 }
 
 }  // namespace

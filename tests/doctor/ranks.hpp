@@ -8,7 +8,7 @@
 #include <functional>
 #include <future>
 
-#include "core/socket.hpp"
+#include "base/socket.hpp"
 #include "doctor/run/group.hpp"
 #include "test_support.hpp"
 

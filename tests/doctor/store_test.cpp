@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "core/socket.hpp"
+#include "base/socket.hpp"
 #include "doctor/run/group.hpp"
 #include "doctor/run/report.hpp"
 #include "doctor/run/shared_dir.hpp"

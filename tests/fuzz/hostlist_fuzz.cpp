@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "base/hostlist.hpp"
 #include "core/error.hpp"
-#include "core/hostlist.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

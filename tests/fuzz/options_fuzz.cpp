@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/options.hpp"
+#include "spank_plugin/step/options.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

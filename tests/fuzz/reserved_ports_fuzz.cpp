@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "core/ports.hpp"
+#include "spank_plugin/step/ports.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -1,4 +1,4 @@
-#include "launch/node_setup.hpp"
+#include "spank_plugin/step/node_setup.hpp"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

@@ -15,11 +15,11 @@
 #include <iterator>
 #include <map>
 
+#include "base/parse.hpp"
+#include "base/user.hpp"
 #include "core/env.hpp"
 #include "core/error.hpp"
 #include "core/netif.hpp"
-#include "core/parse.hpp"
-#include "core/user.hpp"
 #include "report/step_logs.hpp"
 #include "test_common.hpp"
 

@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/parse.hpp"
+#include "base/user.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
-#include "core/user.hpp"
 #include "test_common.hpp"
 
 namespace ddp {
@@ -179,26 +179,6 @@ TEST(StepLogs, AnEarlierAttemptsFilesAreGoneBeforeTheStepStarts) {
   EXPECT_NE(line->find("step 12.0 failed; first failure: rank 1 on node1, at "), std::string::npos) << *line;
   EXPECT_NE(line->find(": ValueError: this attempt's (ddp-why 12.0 shows the whole report)"), std::string::npos)
       << *line;
-}
-
-TEST(StepLogs, TaskVariablesKeepTheUsersWatchdogSettings) {
-  TaskEnv env([](const std::string& name) -> std::optional<std::string> {
-    if (name == "TORCH_NCCL_TRACE_BUFFER_SIZE") return "64";
-    if (name == "TORCHELASTIC_ERROR_FILE") return "/stale/outer/launcher.json";
-    return std::nullopt;
-  });
-  add_failure_reporting(env, std::string("/logs/12.3"), 5, "node3");
-  EXPECT_EQ(env.value("TORCHELASTIC_ERROR_FILE"), "/logs/12.3/error-rank5-node3.json");
-  EXPECT_EQ(env.value("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
-  EXPECT_EQ(env.value("TORCH_NCCL_DUMP_ON_TIMEOUT"), "1");
-  EXPECT_EQ(env.value("TORCH_NCCL_TRACE_BUFFER_SIZE"), "64");
-  EXPECT_EQ(env.value("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"), "/logs/12.3/nccl-node3-rank");
-
-  TaskEnv without_dir([](const std::string&) { return std::nullopt; });
-  add_failure_reporting(without_dir, std::nullopt, 5, "node3");
-  EXPECT_FALSE(without_dir.value("TORCHELASTIC_ERROR_FILE"));
-  EXPECT_FALSE(without_dir.value("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"));
-  EXPECT_EQ(without_dir.value("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The GPU enumeration shared by the plan and ddp-doctor (gpus.hpp), on PCI functions written out here; the
 // readers are tested with their sources (topology_test: hwloc; doctor/gpu_test: sysfs).
-#include "core/gpus.hpp"
+#include "topology/gpus.hpp"
 
 #include <gtest/gtest.h>
 

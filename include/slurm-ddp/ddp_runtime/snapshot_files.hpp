@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "base/unique_fd.hpp"
 #include "core/snapshot_dir.hpp"
-#include "core/unique_fd.hpp"
 
 namespace ddp::runtime {
 

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/unique_fd.hpp"
 #include "core/error.hpp"
-#include "core/unique_fd.hpp"
 
 namespace ddp::runtime {
 namespace {

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/peer_watch.hpp"
 #include "core/mpi_master.hpp"
-#include "core/peer_watch.hpp"
 #endif
 
 namespace ddp::runtime {

@@ -13,10 +13,10 @@
 #include <thread>
 #include <utility>
 
-#include "core/child_process.hpp"
+#include "base/child_process.hpp"
+#include "base/socket.hpp"
 #include "core/error.hpp"
 #include "core/netif.hpp"
-#include "core/socket.hpp"
 #include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/distributed/mpi_bootstrap.hpp"
 #include "ddp_runtime/distributed/mpi_process_group.hpp"

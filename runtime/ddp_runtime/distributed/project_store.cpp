@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/socket.hpp"
+#include "base/socket.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"
 #include "store/store.hpp"
 

@@ -15,8 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include "base/socket.hpp"
 #include "core/netif.hpp"
-#include "core/socket.hpp"
 #include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/distributed/project_store.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"

@@ -58,7 +58,7 @@
 #include <string>
 #include <vector>
 
-#include "core/hmac.hpp"
+#include "base/hmac.hpp"
 #include "core/launch.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/distributed/join_tickets.hpp"

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/hmac.hpp"
+#include "base/hmac.hpp"
 
 namespace ddp::runtime {
 

@@ -1,10 +1,10 @@
 #include "ddp_runtime/options/cli.hpp"
 
-#include "core/command_line.hpp"
+#include "base/command_line.hpp"
+#include "base/parse.hpp"
 #include "core/env_names.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
-#include "core/ports.hpp"
+#include "core/job_key.hpp"
 #include "ddp_runtime/snapshot_files.hpp"
 
 namespace ddp::runtime {

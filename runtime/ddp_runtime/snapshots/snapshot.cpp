@@ -12,8 +12,8 @@
 #include <tuple>
 #include <vector>
 
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/snapshot_files.hpp"

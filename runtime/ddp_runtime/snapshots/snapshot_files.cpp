@@ -15,10 +15,10 @@
 #include <cstring>
 #include <tuple>
 
+#include "base/parse.hpp"
+#include "base/random_hex.hpp"
 #include "core/error.hpp"
 #include "core/netif.hpp"
-#include "core/parse.hpp"
-#include "core/random_hex.hpp"
 
 namespace ddp::runtime {
 namespace {

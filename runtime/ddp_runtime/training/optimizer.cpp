@@ -11,7 +11,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/command_line.hpp"
+#include "base/command_line.hpp"
 #include "core/error.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/snapshots/optimizer_table.hpp"

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core/json_string.hpp"
+#include "base/json_string.hpp"
 
 namespace ddp::runtime {
 namespace {

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/json_string.hpp"
 #include "core/error.hpp"
-#include "core/json_string.hpp"
 #include "ddp_runtime/c10d_compat.hpp"
 #include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/distributed/peer_check.hpp"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/command_line.hpp"
+#include "base/command_line.hpp"
 #include "core/error.hpp"
 #include "ddp_runtime/common/tensor_text.hpp"
 #include "ddp_runtime/data/data_files.hpp"

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <set>
 
-#include "core/shared_library.hpp"
+#include "base/shared_library.hpp"
 
 namespace ddp::doctor {
 namespace {

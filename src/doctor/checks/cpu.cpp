@@ -2,8 +2,8 @@
 
 #include <sched.h>
 
+#include "base/parse.hpp"
 #include "core/launch.hpp"
-#include "core/parse.hpp"
 
 namespace ddp::doctor {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "core/parse.hpp"
+#include "base/parse.hpp"
 #include "doctor/checks/nvml.hpp"
 #include "doctor/checks/rocm_smi.hpp"
 

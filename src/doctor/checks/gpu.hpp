@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/gpus.hpp"
 #include "doctor/checks/check.hpp"
+#include "topology/gpus.hpp"
 
 namespace ddp::doctor {
 

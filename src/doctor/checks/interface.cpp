@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <fstream>
 
+#include "base/parse.hpp"
 #include "core/env_names.hpp"
 #include "core/error.hpp"
 #include "core/netif.hpp"
-#include "core/parse.hpp"
 
 namespace ddp::doctor {
 namespace {

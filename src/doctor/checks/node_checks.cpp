@@ -1,6 +1,6 @@
 #include "doctor/checks/node_checks.hpp"
 
-#include "core/resolve.hpp"
+#include "base/resolve.hpp"
 #include "doctor/checks/gpu.hpp"
 #include "doctor/checks/storage.hpp"
 

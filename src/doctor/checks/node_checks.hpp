@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/task_env.hpp"
+#include "core/env.hpp"
 #include "doctor/checks/check.hpp"
 #include "doctor/checks/interface.hpp"
 

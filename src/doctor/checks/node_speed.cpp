@@ -7,8 +7,8 @@
 #include <string>
 #include <thread>
 
-#include "core/shared_library.hpp"
-#include "core/socket.hpp"
+#include "base/shared_library.hpp"
+#include "base/socket.hpp"
 #include "doctor/checks/cpu.hpp"
 
 namespace ddp::doctor {

@@ -1,6 +1,6 @@
 #include "doctor/checks/nvml.hpp"
 
-#include "core/shared_library.hpp"
+#include "base/shared_library.hpp"
 
 namespace ddp::doctor {
 namespace {

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "core/shared_library.hpp"
+#include "base/shared_library.hpp"
 
 namespace ddp::doctor {
 namespace {

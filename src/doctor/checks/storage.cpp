@@ -18,8 +18,8 @@
 #include <random>
 #include <vector>
 
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 #include "core/snapshot_dir.hpp"
 
 namespace ddp::doctor {

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "core/parse.hpp"
+#include "base/parse.hpp"
 
 namespace ddp::doctor {
 namespace {

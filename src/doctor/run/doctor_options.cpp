@@ -4,9 +4,9 @@
 #include <cstdlib>
 #include <map>
 
-#include "core/command_line.hpp"
+#include "base/command_line.hpp"
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 
 namespace ddp::doctor {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/child_process.hpp"
+#include "base/child_process.hpp"
 
 namespace ddp::doctor {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <thread>
 
-#include "core/shared_library.hpp"
+#include "base/shared_library.hpp"
 
 namespace ddp::doctor {
 namespace {

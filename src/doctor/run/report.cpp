@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/parse.hpp"
+#include "base/parse.hpp"
 #include "doctor/run/wire.hpp"
 
 namespace ddp::doctor {

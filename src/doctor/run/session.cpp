@@ -7,8 +7,8 @@
 #include <cstring>
 #include <set>
 
+#include "base/parse.hpp"
 #include "core/env_names.hpp"
-#include "core/parse.hpp"
 #include "doctor/checks/blas.hpp"
 #include "doctor/checks/container_check.hpp"
 #include "doctor/checks/cpu.hpp"

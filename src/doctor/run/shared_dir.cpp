@@ -11,9 +11,9 @@
 #include <sstream>
 #include <thread>
 
+#include "base/parse.hpp"
+#include "base/random_hex.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
-#include "core/random_hex.hpp"
 #include "doctor/checks/storage.hpp"
 #include "store/wire.hpp"
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "base/parse.hpp"
 #include "core/env_names.hpp"
-#include "core/parse.hpp"
 #include "topology/id_list.hpp"
 
 namespace ddp::doctor {

@@ -4,7 +4,7 @@
 // plugin-facing ddp_doctor.
 #include <vector>
 
-#include "core/task_env.hpp"
+#include "core/env.hpp"
 #include "doctor/checks/check.hpp"
 #include "topology/binding.hpp"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "core/parse.hpp"
+#include "base/parse.hpp"
 
 namespace ddp::doctor {
 namespace {

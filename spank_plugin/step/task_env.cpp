@@ -1,12 +1,13 @@
-#include "core/task_env.hpp"
+#include "spank_plugin/step/task_env.hpp"
 
 #include <algorithm>
 
+#include "base/hostlist.hpp"
 #include "core/container.hpp"
 #include "core/env_names.hpp"
 #include "core/error.hpp"
-#include "core/hostlist.hpp"
 #include "core/snapshot_dir.hpp"
+#include "report/step_logs.hpp"
 
 namespace ddp {
 namespace {
@@ -152,6 +153,18 @@ std::optional<std::string> snapshot_dir_to_prepare(const StepPlan& plan, const E
 std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env, const std::string& placement) {
   return "ddp: rank " + std::to_string(task.rank) + " on " + plan.step.hostname + " (port from " +
          to_string(plan.port.source) + "): " + env.describe() + (placement.empty() ? "" : " | " + placement);
+}
+
+void add_failure_reporting(TaskEnv& env, const std::optional<std::string>& step_dir, uint32_t rank,
+                           const std::string& host) {
+  if (step_dir) env.set(vars::kErrorFile, *step_dir + "/" + error_file_name(rank, host));
+  // A collective that hangs ends the process after its timeout instead of holding the allocation (PyTorch's
+  // default since 2.2: tear down without aborting communicators, an abort can hang itself), with the flight
+  // recorder's last collectives dumped where ddp-why finds them.
+  env.set_default(vars::kNcclAsyncErrorHandling, "3");
+  env.set_default(vars::kNcclDumpOnTimeout, "1");
+  env.set_default(vars::kNcclTraceBufferSize, "2000");
+  if (step_dir) env.set_default(vars::kNcclDebugInfoTempFile, *step_dir + "/" + nccl_dump_prefix(host));
 }
 
 }  // namespace ddp

@@ -1,9 +1,9 @@
-#include "core/hmac.hpp"
+#include "base/hmac.hpp"
 
 #include <cstdint>
 
+#include "base/shared_library.hpp"
 #include "core/error.hpp"
-#include "core/shared_library.hpp"
 
 namespace ddp {
 namespace {

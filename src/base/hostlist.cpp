@@ -1,7 +1,7 @@
-#include "core/hostlist.hpp"
+#include "base/hostlist.hpp"
 
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 
 namespace ddp {
 namespace {

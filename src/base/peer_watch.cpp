@@ -1,4 +1,4 @@
-#include "core/peer_watch.hpp"
+#include "base/peer_watch.hpp"
 
 #include <poll.h>
 #include <sys/stat.h>

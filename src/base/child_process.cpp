@@ -1,4 +1,4 @@
-#include "core/child_process.hpp"
+#include "base/child_process.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <exception>
 
+#include "base/unique_fd.hpp"
 #include "core/error.hpp"
-#include "core/unique_fd.hpp"
 
 namespace ddp {
 namespace {

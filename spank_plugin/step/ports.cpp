@@ -1,4 +1,4 @@
-#include "core/ports.hpp"
+#include "spank_plugin/step/ports.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -6,9 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
-#include "core/random_hex.hpp"
 
 namespace ddp {
 
@@ -48,14 +47,6 @@ const char* to_string(PortSource source) {
   }
   return "?";
 }
-
-std::string new_job_key() { return random_hex(kJobKeyDigits, "the job's key"); }
-
-bool is_job_key(std::string_view text) { return is_lower_hex(text, kJobKeyDigits); }
-
-std::string new_job_instance() { return random_hex(kJobInstanceDigits, "the job's instance"); }
-
-bool is_job_instance(std::string_view text) { return is_lower_hex(text, kJobInstanceDigits); }
 
 uint16_t hashed_port(uint32_t job_id, uint32_t step_id, PortRange range, std::string_view job_key) {
   if (is_job_key(job_key)) {

@@ -1,9 +1,9 @@
-#include "core/options.hpp"
+#include "spank_plugin/step/options.hpp"
 
 #include <cctype>
 
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 
 namespace ddp {
 namespace {

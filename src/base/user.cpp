@@ -1,4 +1,4 @@
-#include "core/user.hpp"
+#include "base/user.hpp"
 
 #include <pwd.h>
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "core/unique_fd.hpp"
+#include "base/unique_fd.hpp"
 
 namespace ddp {
 

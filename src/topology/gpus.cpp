@@ -1,4 +1,4 @@
-#include "core/gpus.hpp"
+#include "topology/gpus.hpp"
 
 #include <dirent.h>
 #include <limits.h>

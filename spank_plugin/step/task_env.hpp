@@ -2,15 +2,16 @@
 // The torchrun worker contract, in one place: what each task of a --ddp step finds in its environment.
 //   per node  plan_step(): validates the step, picks MASTER_ADDR and MASTER_PORT
 //   per task  task_env():  a lookup into that plan
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/env.hpp"
-#include "core/options.hpp"
-#include "core/ports.hpp"
-#include "core/step.hpp"
+#include "spank_plugin/step/options.hpp"
+#include "spank_plugin/step/ports.hpp"
+#include "spank_plugin/step/step.hpp"
 
 namespace ddp {
 
@@ -80,5 +81,12 @@ std::optional<std::string> snapshot_dir_to_prepare(const StepPlan& plan, const E
 // The --ddp-verbose line of one task; `placement` (binding summary) follows a " | " when not empty.
 std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env,
                          const std::string& placement = "");
+
+// Per task: TORCHELASTIC_ERROR_FILE and TORCH_NCCL_DEBUG_INFO_TEMP_FILE in `step_dir` (report/step_logs.hpp) when it is
+// usable, and always PyTorch's watchdog and flight-recorder settings (TORCH_NCCL_ASYNC_ERROR_HANDLING,
+// TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_NCCL_TRACE_BUFFER_SIZE), each unless the user set it. TORCHELASTIC_ERROR_FILE
+// belongs to the contract and replaces an outer launcher's stale value.
+void add_failure_reporting(TaskEnv& env, const std::optional<std::string>& step_dir, uint32_t rank,
+                           const std::string& host);
 
 }  // namespace ddp

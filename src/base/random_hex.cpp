@@ -1,4 +1,4 @@
-#include "core/random_hex.hpp"
+#include "base/random_hex.hpp"
 
 #include <sys/random.h>
 

@@ -1,12 +1,12 @@
-#include "core/resolve.hpp"
+#include "base/resolve.hpp"
 
 #include <netdb.h>
 #include <sys/socket.h>
 
 #include <memory>
 
+#include "base/parse.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 
 namespace ddp {
 

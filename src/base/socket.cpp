@@ -1,4 +1,4 @@
-#include "core/socket.hpp"
+#include "base/socket.hpp"
 
 #include <fcntl.h>
 #include <netdb.h>

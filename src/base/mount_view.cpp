@@ -1,4 +1,4 @@
-#include "core/mount_view.hpp"
+#include "base/mount_view.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,9 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/parse.hpp"
+#include "base/unique_fd.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
-#include "core/unique_fd.hpp"
 
 namespace ddp {
 namespace {

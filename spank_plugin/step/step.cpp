@@ -1,4 +1,4 @@
-#include "core/step.hpp"
+#include "spank_plugin/step/step.hpp"
 
 #include "core/error.hpp"
 

@@ -1,4 +1,4 @@
-#include "core/command_line.hpp"
+#include "base/command_line.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "core/parse.hpp"
+#include "base/parse.hpp"
 
 namespace ddp::cli {
 

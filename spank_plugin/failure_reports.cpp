@@ -1,21 +1,22 @@
-// The step's failure reports (src/report/step_logs.hpp). Tasks, before exec and as the user: the log directory checked
-// and the variables that point there. srun, as the user: before launch the step's directory made ready for this
-// attempt, at exit removed when empty, or the first failure named when reports are left. Every access to the directory
-// runs in a child process with the admin's deadline (snapshot_dir_timeout): a hung file system costs a warning.
+// The step's failure reports, the SPANK side; the rules and the file names are src/report/step_logs.hpp's. Tasks,
+// before exec and as the user: the log directory checked and the variables that point there. srun, as the user:
+// before launch the step's directory made ready for this attempt, at exit removed when empty, or the first failure
+// named when reports are left. Every access to the directory runs in a child process with the admin's deadline
+// (snapshot_dir_timeout): a hung file system costs a warning.
 #include <unistd.h>
 
 #include <cstdio>
 
-#include "core/child_process.hpp"
+#include "base/child_process.hpp"
+#include "base/mount_view.hpp"
+#include "base/parse.hpp"
 #include "core/env_names.hpp"
 #include "core/error.hpp"
-#include "core/mount_view.hpp"
-#include "core/parse.hpp"
-#include "core/step.hpp"
 #include "dispatch.h"
 #include "plugin_state.hpp"
 #include "report/failure_report.hpp"
 #include "report/step_logs.hpp"
+#include "spank_plugin/step/step.hpp"
 
 using namespace ddp::spank;
 

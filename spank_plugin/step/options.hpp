@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
-#include "core/ports.hpp"
+#include "spank_plugin/step/ports.hpp"
 
 namespace ddp {
 

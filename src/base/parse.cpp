@@ -1,4 +1,4 @@
-#include "core/parse.hpp"
+#include "base/parse.hpp"
 
 #include <charconv>
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/netif.hpp"
-#include "core/task_env.hpp"
+#include "spank_plugin/step/task_env.hpp"
 #include "topology/binding.hpp"
 #include "topology/topology.hpp"
 

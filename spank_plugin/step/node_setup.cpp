@@ -1,14 +1,14 @@
-#include "launch/node_setup.hpp"
+#include "spank_plugin/step/node_setup.hpp"
 
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
-#include "core/child_process.hpp"
+#include "base/child_process.hpp"
+#include "base/parse.hpp"
 #include "core/env_names.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 #include "doctor/checks/node_checks.hpp"
 #include "topology/id_list.hpp"
 #include "topology/topology_cache.hpp"
