@@ -1,6 +1,6 @@
 #include "doctor/checks/nvml.hpp"
 
-#include "base/shared_library.hpp"
+#include "doctor/checks/driver_library.hpp"
 
 namespace ddp::doctor {
 namespace {
@@ -77,30 +77,18 @@ std::string read_report(const Api& api, DriverReport& report) {
   return "";
 }
 
+std::string read_initialised(const Api& api, DriverReport& report) {
+  if (const int rc = api.init(); rc != 0) return failed(api, "nvmlInit", rc);
+  std::string error = read_report(api, report);
+  api.shutdown();
+  return error;
+}
+
 }  // namespace
 
 DriverQuery query_nvml(const std::string& library_path) {
-  DriverQuery query;
-  const SharedLibrary library(library_path);
-  if (!library.loaded()) {
-    query.error = "cannot load " + library_path + " (the NVIDIA driver is not installed here)";
-    return query;
-  }
-  query.loaded = true;
-  const auto api = bind(library);
-  if (!api) {
-    query.error = library_path + " lacks NVML entry points this tool uses (driver too old)";
-    return query;
-  }
-  if (const int rc = api->init(); rc != 0) {
-    query.error = failed(*api, "nvmlInit", rc);
-    return query;
-  }
-  DriverReport report;
-  query.error = read_report(*api, report);
-  api->shutdown();
-  if (query.error.empty()) query.report = std::move(report);
-  return query;
+  return query_driver_library<Api>(library_path, {"NVML", "the NVIDIA driver is not installed here", "driver too old"},
+                                   bind, read_initialised);
 }
 
 }  // namespace ddp::doctor

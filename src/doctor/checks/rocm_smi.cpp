@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "base/shared_library.hpp"
+#include "doctor/checks/driver_library.hpp"
 
 namespace ddp::doctor {
 namespace {
@@ -87,6 +87,13 @@ std::string read_report(const Api& api, DriverReport& report) {
   return "";
 }
 
+std::string read_initialised(const Api& api, DriverReport& report) {
+  if (const int rc = api.init(0); rc != 0) return failed(api, "rsmi_init", rc);
+  std::string error = read_report(api, report);
+  api.shut_down();
+  return error;
+}
+
 }  // namespace
 
 std::vector<std::string> default_rocm_smi_libraries() {
@@ -94,27 +101,8 @@ std::vector<std::string> default_rocm_smi_libraries() {
 }
 
 DriverQuery query_rocm_smi(const std::string& library_path) {
-  DriverQuery query;
-  const SharedLibrary library(library_path);
-  if (!library.loaded()) {
-    query.error = "cannot load " + library_path + " (ROCm SMI is not installed here)";
-    return query;
-  }
-  query.loaded = true;
-  const auto api = bind(library);
-  if (!api) {
-    query.error = library_path + " lacks ROCm SMI entry points this tool uses (ROCm too old)";
-    return query;
-  }
-  if (const int rc = api->init(0); rc != 0) {
-    query.error = failed(*api, "rsmi_init", rc);
-    return query;
-  }
-  DriverReport report;
-  query.error = read_report(*api, report);
-  api->shut_down();
-  if (query.error.empty()) query.report = std::move(report);
-  return query;
+  return query_driver_library<Api>(library_path, {"ROCm SMI", "ROCm SMI is not installed here", "ROCm too old"}, bind,
+                                   read_initialised);
 }
 
 }  // namespace ddp::doctor
