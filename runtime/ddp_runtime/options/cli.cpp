@@ -5,7 +5,7 @@
 #include "core/error.hpp"
 #include "core/parse.hpp"
 #include "core/ports.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 
 namespace ddp::runtime {
 namespace {
