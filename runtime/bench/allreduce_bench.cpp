@@ -12,7 +12,7 @@
 
 #include "core/launch.hpp"
 #include "ddp_runtime/distributed/mpi_bootstrap.hpp"
-#include "ddp_runtime/process_group.hpp"
+#include "ddp_runtime/distributed/process_group.hpp"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/snapshots/snapshot.hpp"
 
 namespace {
 

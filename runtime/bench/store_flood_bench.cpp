@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "base/socket.hpp"
-#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
 #include "store/store.hpp"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 #include "fuzz_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -9,7 +9,7 @@
 #include "core/error.hpp"
 #include "core/launch.hpp"
 #include "ddp_runtime/options/cli.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args;

@@ -15,10 +15,10 @@
 
 #include "core/launch.hpp"
 #include "ddp_runtime/common/error_message.hpp"
+#include "ddp_runtime/distributed/distributed_model.hpp"
 #include "ddp_runtime/distributed/mpi_bootstrap.hpp"
-#include "ddp_runtime/distributed_model.hpp"
-#include "ddp_runtime/process_group.hpp"
-#include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/distributed/process_group.hpp"
+#include "ddp_runtime/snapshots/snapshot.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

@@ -17,7 +17,7 @@
 #include <sstream>
 #include <thread>
 
-#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

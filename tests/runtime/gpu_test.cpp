@@ -14,10 +14,10 @@
 
 #include "core/error.hpp"
 #include "core/launch.hpp"
-#include "ddp_runtime/c10d_compat.hpp"
-#include "ddp_runtime/distributed_model.hpp"
-#include "ddp_runtime/process_group.hpp"
-#include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
+#include "ddp_runtime/distributed/distributed_model.hpp"
+#include "ddp_runtime/distributed/process_group.hpp"
+#include "ddp_runtime/snapshots/snapshot.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

@@ -2,8 +2,9 @@
 # The C++ API as a user gets it: `cmake --install` of the dev component into a scratch prefix, then
 # runtime/examples/spirals, a project of its own (its own torch::nn::Module and Dataset), configured with
 # find_package(SlurmDDP) against that prefix only, built, and run on 2 ranks with the torchrun variables: the
-# seed's lines, snapshots, a final model, and a resume. Every installed header compiles alone against the package
-# (so the headers it installs are all that the API needs). The slurm-ddp-dev .deb holds the same files.
+# seed's lines, snapshots, a final model, and a resume. The installed headers are include/slurm-ddp, six at most,
+# and each compiles alone against the package (so the headers it installs are all that the API needs); ddp-train's
+# main compiles against the package too. The slurm-ddp-dev .deb holds the same files.
 #   installed_example_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 BUILD=${1:?usage: installed_example_test.sh BUILD_DIR SOURCE_DIR}
@@ -31,12 +32,21 @@ exported=$(grep -ho 'add_library(SlurmDDP::[A-Za-z_]*' "$PREFIX"/lib/cmake/Slurm
 
 # Each installed header alone, in a translation unit of its own, against the installed package only.
 mkdir -p "$WORK/headers"
-headers=$(cd "$PREFIX/include/slurm-ddp" && find . -name '*.hpp' | sed 's|^\./||' | sort)
-[ "$(echo "$headers" | wc -l)" -ge 10 ] || fail "only these headers were installed: $headers"
-# Exactly the source tree's public include directory, each header opening with its contract after #pragma once.
-public=$(cd "$SOURCE/include/slurm-ddp" && find . -name '*.hpp' | sed 's|^\./||' | sort)
+headers=$(cd "$PREFIX/include/slurm-ddp" && find . -type f | sed 's|^\./||' | sort)
+# Exactly the source tree's public include directory, and few: the entry point, the job, the options, and the two
+# core headers they include. A seventh is a header made public by accident (one that names the runtime's internals).
+public=$(cd "$SOURCE/include/slurm-ddp" && find . -type f | sed 's|^\./||' | sort)
 [ "$headers" = "$public" ] ||
   fail "installed headers differ from include/slurm-ddp: $(diff <(echo "$public") <(echo "$headers") | grep '^[<>]' | tr '\n' ' ')"
+[ "$(echo "$headers" | wc -l)" -le 6 ] || fail "$(echo "$headers" | wc -l) headers are installed, more than the API's six: $headers"
+for needed in core/error.hpp ddp_runtime/job.hpp ddp_runtime/train.hpp ddp_runtime/train_options.hpp; do
+  echo "$headers" | grep -qx "$needed" || fail "the install has no $needed"
+done
+# Each the source tree's own, as it is, opening with its contract after #pragma once.
+for header in $headers; do
+  cmp -s "$SOURCE/include/slurm-ddp/$header" "$PREFIX/include/slurm-ddp/$header" ||
+    fail "include/slurm-ddp/$header was installed changed, or is not in include/slurm-ddp"
+done
 for header in $headers; do
   sed -n 2p "$PREFIX/include/slurm-ddp/$header" | grep -q '^// [A-Za-z]' ||
     fail "include/slurm-ddp/$header does not open with a comment saying what it is"
@@ -53,11 +63,17 @@ for header in $headers; do
   echo "#include <$header>" >"$unit"
   echo "target_sources(each_header PRIVATE $unit)" >>"$WORK/headers/CMakeLists.txt"
 done
+# ddp-train itself is a program of the API: its main compiles and links against the installed package alone.
+echo "add_executable(ddp_train_main $SOURCE/runtime/ddp-train/main.cpp)" >>"$WORK/headers/CMakeLists.txt"
+echo 'target_link_libraries(ddp_train_main PRIVATE SlurmDDP::ddp_runtime)' >>"$WORK/headers/CMakeLists.txt"
 cmake -S "$WORK/headers" -B "$WORK/headers/build" -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" >"$WORK/headers.log" 2>&1 ||
   fail "configure of the header check: $(tail -20 "$WORK/headers.log")"
+if grep -q -e "$SOURCE/src" -e "$SOURCE/include" -e "$SOURCE/runtime/ddp_runtime" "$WORK/headers/build/build.ninja"; then
+  fail "the header check's build refers to this source tree's headers"
+fi
 cmake --build "$WORK/headers/build" >>"$WORK/headers.log" 2>&1 ||
-  fail "an installed header does not compile alone: $(grep -m5 -e 'error' "$WORK/headers.log")"
-echo "installed_example_test: $(echo "$headers" | wc -l) installed headers, each compiles alone"
+  fail "an installed header does not compile alone, or ddp-train's main not against the package: $(grep -m5 -e 'error' "$WORK/headers.log")"
+echo "installed_example_test: $(echo "$headers" | wc -l) installed headers, each compiles alone; so does ddp-train's main"
 
 # The example sees the installed package and nothing of this source tree.
 cmake -S "$SOURCE/runtime/examples/spirals" -B "$WORK/example" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -11,7 +11,7 @@
 #include "core/launch.hpp"
 #include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/distributed/mpi_bootstrap.hpp"
-#include "ddp_runtime/process_group.hpp"
+#include "ddp_runtime/distributed/process_group.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

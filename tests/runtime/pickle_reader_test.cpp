@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp_runtime/mapped_file.hpp"
-#include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/common/mapped_file.hpp"
+#include "ddp_runtime/snapshots/snapshot.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "ddp_runtime/sampler.hpp"
+#include "ddp_runtime/data/sampler.hpp"
 #include "test_support.hpp"
 
 namespace ddp::runtime {

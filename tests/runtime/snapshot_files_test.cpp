@@ -16,7 +16,7 @@
 #include "core/error.hpp"
 #include "core/netif.hpp"
 #include "ddp_runtime/options/cli.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

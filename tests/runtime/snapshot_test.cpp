@@ -22,10 +22,10 @@
 #include <mutex>
 
 #include "core/error.hpp"
-#include "ddp_runtime/mapped_file.hpp"
-#include "ddp_runtime/snapshot.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/common/mapped_file.hpp"
 #include "ddp_runtime/snapshots/pickle_reader.hpp"
+#include "ddp_runtime/snapshots/snapshot.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 #include "test_common.hpp"
 #include "test_support.hpp"
 

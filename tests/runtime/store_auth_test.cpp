@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/netif.hpp"
-#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
 #include "ddp_runtime/distributed/recovery.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"
 #include "test_common.hpp"

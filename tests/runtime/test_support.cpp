@@ -2,7 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Functions.h>
-#include "ddp_runtime/mapped_file.hpp"
+#include "ddp_runtime/common/mapped_file.hpp"
 #include "ddp_runtime/snapshots/pickle_reader.hpp"
 
 #include <fcntl.h>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/snapshots/snapshot.hpp"
 
 namespace ddp::runtime::testing {
 

@@ -22,32 +22,35 @@
 // The program then starts as ddp-train does (srun --ddp prog 50 10; torchrun's RANK, WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT; mpirun -np 4 prog 50 10; or alone), takes ddp-train's options and positionals (prog --help:
 // --batch-size, --optimizer, --lr, --snapshot-dir, --resume, --backend, ...), and does on every rank:
-//   1. the process group from the environment: Gloo, NCCL on GPUs, or MPI (init_distributed, process_group.hpp);
+//   1. the process group from the environment: Gloo, NCCL on GPUs, or MPI (--backend, DDP_BACKEND);
 //   2. torch.manual_seed(--seed), then make_job(options): the same seed gives every rank the same model;
 //   3. checks before the first step: the model's forward on the first batch and the loss on its output; a
 //      ddp::Error thrown by make_job or a check on any rank stops every rank with that message (exit status 2);
 //   4. resume from the newest valid snapshot in --snapshot-dir (or --resume FILE), refusing one of another
 //      model, optimizer or --seed;
-//   5. DistributedModel (distributed_model.hpp): parameters and buffers broadcast from rank 0, gradients
-//      averaged by c10d's Reducer in buckets overlapping backward, buffers broadcast before every forward;
-//   6. per epoch, the DistributedSampler's indices (sampler.hpp: PyTorch's order for the same seed, epoch, rank
-//      and world size) in batches of --batch-size, --accumulate batches per optimizer step (Optimizer,
-//      optimizer.hpp: SGD or AdamW, clipping, schedule); the seed script's lines: "[CPU0] Epoch 0 | Batchsize:
-//      32 | Steps: 32", then on rank 0 "Epoch 0 | Loss: ... | Samples/s: ... | ETA: ...";
-//   7. snapshots by rank 0 every save_every epochs and --snapshot-every-seconds, in the background
-//      (SnapshotStore, snapshot.hpp: a dict torch.load reads); SIGUSR2 stops every rank at one step after a
-//      snapshot (exit status 75); running the same command resumes bit for bit;
+//   5. data parallelism as torch.nn.parallel.DistributedDataParallel does it: parameters and buffers broadcast
+//      from rank 0, gradients averaged by c10d's Reducer in buckets overlapping backward, buffers broadcast
+//      before every forward;
+//   6. per epoch, DistributedSampler's indices (PyTorch's order for the same seed, epoch, rank and world size)
+//      in batches of --batch-size, --accumulate batches per optimizer step (torch.optim's SGD or AdamW,
+//      clipping, a learning-rate schedule); the seed script's lines: "[CPU0] Epoch 0 | Batchsize: 32 | Steps:
+//      32", then on rank 0 "Epoch 0 | Loss: ... | Samples/s: ... | ETA: ...";
+//   7. snapshots by rank 0 every save_every epochs and --snapshot-every-seconds, in the background (a dict
+//      torch.load reads); SIGUSR2 stops every rank at one step after a snapshot (exit status 75); running the
+//      same command resumes bit for bit;
 //   8. the final model: --output, a state dict (model.load_state_dict(torch.load(path))), and for a model that
 //      can, --output-script, a TorchScript file (torch.jit.load(path)).
 // Exit status of train_main: 0 done, 1 failure (a peer died, I/O), 2 bad input (one line naming the value and the
-// fix), 75 stopped on request. For a loop of your own, the pieces above are usable one by one.
+// fix), 75 stopped on request. The loop itself is not part of the API: its pieces (the process group, the DDP
+// module, the sampler, the optimizer, the snapshot files) are private to the runtime and change with it; a program
+// decides what is trained (TrainingJob) and takes ddp-train's options, nothing more. The installed API is this
+// header, job.hpp, train_options.hpp, and the two core headers they need (core/error.hpp, core/backend.hpp).
 #include <torch/nn/modules/container/any.h>
 
 #include <functional>
 #include <memory>
 #include <utility>
 
-#include "core/launch.hpp"
 #include "ddp_runtime/job.hpp"
 #include "ddp_runtime/train_options.hpp"
 
@@ -59,13 +62,15 @@ constexpr int kExitStopped = 75;
 
 using JobFactory = std::function<TrainingJob(const TrainOptions& options)>;
 
-// Returns 0 when every epoch ran, kExitStopped after a stop request. Throws ddp::Error for bad input (on every
-// rank alike) and std::exception for failures.
-int run_training(const TrainOptions& options, const Launch& launch, const JobFactory& make_job);
-
-// main() of a training program: ddp-train's command line, the launcher's environment, run_training, and errors
-// printed as one line "<program>: <message>" with exit status 2 (bad input) or 1.
+// main() of a training program: ddp-train's command line, the launcher's environment, the training above, and
+// errors printed as one line "<program>: <message>" with exit status 2 (bad input) or 1. Returns 0 when every epoch
+// ran, kExitStopped after a stop request.
 int train_main(int argc, char** argv, const JobFactory& make_job);
+
+// ddp-train's own job factory: its built-in workloads (--workload seed, mlp, fashion-mnist) and a TorchScript module
+// on data files (--model, --data). ddp-train is train_main(argc, argv, make_workload); a program of its own may hand
+// the options it does not handle itself to it.
+TrainingJob make_workload(const TrainOptions& options);
 
 // A torch::nn module (a ModuleHolder such as Net, or a std::shared_ptr to one) whose forward takes one tensor.
 template <class Module>

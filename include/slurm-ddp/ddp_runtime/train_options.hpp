@@ -1,6 +1,7 @@
 #pragma once
-// ddp-train's options as a typed config, separate from how they are parsed (cli.hpp): what train_main hands to
-// the job factory (train.hpp) and what the optimizer and the trainer read. Plain C++: no LibTorch here.
+// ddp-train's options as a typed config, separate from how they are parsed (ddp-train --help lists them): what
+// train_main hands to the job factory (train.hpp) and what the runtime's optimizer and trainer read. Plain C++: no
+// LibTorch here.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,10 +15,10 @@ enum class LossKind { MeanSquaredError, CrossEntropy, NegativeLogLikelihood };
 enum class OptimizerKind { Sgd, AdamW };
 enum class LrSchedule { Constant, Step, Cosine };
 // none: a failed or silent peer ends the run (a restart resumes from a snapshot); in-place: the others go on
-// without it (recovery.hpp).
+// without it (docs/runtime.md, recovery in place).
 enum class RecoverMode { None, InPlace };
 
-// torch.optim's SGD and AdamW, gradient clipping and the learning-rate schedule (see scheduled_lr).
+// torch.optim's SGD and AdamW, gradient clipping and the learning-rate schedule (--lr-schedule).
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::Sgd;
   double lr = 1e-3;
@@ -62,7 +63,7 @@ struct TrainOptions {
   std::optional<Backend> backend;   // overrides DDP_BACKEND
   double timeout_seconds = 1800.0;  // PyTorch's default process-group timeout
   double bucket_cap_mb = kBucketCapMb;
-  double straggler_threshold_pct = 20.0;    // straggler.hpp: ranks slower than the median by more are named
+  double straggler_threshold_pct = 20.0;    // ranks slower than the median by more are named
   bool json = false;                        // rank 0 also prints each epoch's per-rank scores as a JSON line
   RecoverMode recover = RecoverMode::None;  // --recover, else DDP_RECOVER (srun --ddp-recover sets it)
   int min_ranks = 1;                        // in place: fewer ranks fall back to a restart from a snapshot

@@ -1,4 +1,4 @@
-#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>

@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "ddp_runtime/common/mapped_file.hpp"
 #include "ddp_runtime/common/tensor_text.hpp"
-#include "ddp_runtime/mapped_file.hpp"
 #include "ddp_runtime/snapshots/pickle_reader.hpp"
 
 namespace ddp::runtime {

@@ -1,4 +1,4 @@
-#include "ddp_runtime/sampler.hpp"
+#include "ddp_runtime/data/sampler.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/randperm.h>

@@ -1,4 +1,4 @@
-#include "ddp_runtime/distributed_model.hpp"
+#include "ddp_runtime/distributed/distributed_model.hpp"
 
 #include <ATen/core/grad_mode.h>
 #include <torch/nn/module.h>

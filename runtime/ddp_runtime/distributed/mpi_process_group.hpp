@@ -12,7 +12,7 @@
 #include <chrono>
 
 #include "core/launch.hpp"
-#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
 
 namespace ddp::runtime {
 

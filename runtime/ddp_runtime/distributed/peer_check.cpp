@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
 #include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/distributed/project_store.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"

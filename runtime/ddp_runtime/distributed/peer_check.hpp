@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/launch.hpp"
-#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
 #include "ddp_runtime/distributed/rank_identity.hpp"
 
 namespace ddp::runtime {

@@ -1,4 +1,4 @@
-#include "ddp_runtime/process_group.hpp"
+#include "ddp_runtime/distributed/process_group.hpp"
 
 #include <ATen/ops/from_blob.h>
 #include <torch/cuda.h>

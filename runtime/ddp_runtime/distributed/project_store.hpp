@@ -14,7 +14,7 @@
 #include <string>
 
 #include "core/launch.hpp"
-#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
 
 namespace ddp::runtime {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp_runtime/process_group.hpp"
+#include "ddp_runtime/distributed/process_group.hpp"
 
 namespace ddp::runtime {
 

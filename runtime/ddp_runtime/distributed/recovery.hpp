@@ -60,10 +60,10 @@
 
 #include "base/hmac.hpp"
 #include "core/launch.hpp"
-#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
 #include "ddp_runtime/distributed/join_tickets.hpp"
+#include "ddp_runtime/distributed/process_group.hpp"
 #include "ddp_runtime/distributed/rank_identity.hpp"
-#include "ddp_runtime/process_group.hpp"
 
 namespace ddp::runtime {
 

@@ -5,7 +5,7 @@
 #include "core/env_names.hpp"
 #include "core/error.hpp"
 #include "core/job_key.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 
 namespace ddp::runtime {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/snapshots/snapshot.hpp"
 #include "ddp_runtime/train_options.hpp"
 
 namespace torch::optim {

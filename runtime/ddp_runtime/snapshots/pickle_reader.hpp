@@ -13,7 +13,7 @@
 
 #include <stdexcept>
 
-#include "ddp_runtime/mapped_file.hpp"
+#include "ddp_runtime/common/mapped_file.hpp"
 
 namespace ddp::runtime {
 

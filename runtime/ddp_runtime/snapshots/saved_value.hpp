@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 
 namespace ddp::runtime {
 

@@ -1,4 +1,4 @@
-#include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/snapshots/snapshot.hpp"
 
 #include <ATen/Functions.h>
 #include <ATen/core/Dict.h>
@@ -14,12 +14,12 @@
 
 #include "base/parse.hpp"
 #include "core/error.hpp"
-#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
 #include "ddp_runtime/common/error_message.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
 #include "ddp_runtime/snapshots/optimizer_table.hpp"
 #include "ddp_runtime/snapshots/pickle_reader.hpp"
 #include "ddp_runtime/snapshots/saved_value.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 #include "ddp_runtime/train_options.hpp"
 
 namespace ddp::runtime {

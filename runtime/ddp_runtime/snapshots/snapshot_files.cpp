@@ -1,4 +1,4 @@
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "ddp_runtime/optimizer.hpp"
+#include "ddp_runtime/training/optimizer.hpp"
 
 #include <torch/types.h>  // clip_grad.h uses it without including it
 
@@ -13,7 +13,7 @@
 
 #include "base/command_line.hpp"
 #include "core/error.hpp"
-#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
 #include "ddp_runtime/snapshots/optimizer_table.hpp"
 #include "ddp_runtime/snapshots/saved_value.hpp"
 #include "ddp_runtime/training/kind_table.hpp"

@@ -14,7 +14,7 @@
 
 #include "core/error.hpp"
 #include "ddp_runtime/common/error_message.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 
 namespace ddp::runtime {
 namespace {

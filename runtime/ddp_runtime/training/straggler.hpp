@@ -39,8 +39,8 @@
 #include <string>
 #include <vector>
 
+#include "ddp_runtime/distributed/process_group.hpp"
 #include "ddp_runtime/distributed/rank_identity.hpp"
-#include "ddp_runtime/process_group.hpp"
 
 namespace torch::nn {
 class Module;

@@ -17,7 +17,7 @@
 #include "ddp_runtime/distributed/mpi_bootstrap.hpp"
 #include "ddp_runtime/distributed/peer_check.hpp"
 #include "ddp_runtime/options/cli.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 #include "ddp_runtime/training/stop_request.hpp"
 #include "ddp_runtime/training/trainer.hpp"
 #include "ddp_runtime/training/workloads.hpp"

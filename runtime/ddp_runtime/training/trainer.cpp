@@ -13,7 +13,7 @@
 #include "core/error.hpp"
 #include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/common/tensor_text.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 #include "ddp_runtime/training/stop_request.hpp"
 #include "ddp_runtime/training/workloads.hpp"
 

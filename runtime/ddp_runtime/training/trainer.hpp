@@ -18,13 +18,13 @@
 
 #include "core/launch.hpp"
 #include "core/redact.hpp"
+#include "ddp_runtime/data/sampler.hpp"
+#include "ddp_runtime/distributed/distributed_model.hpp"
+#include "ddp_runtime/distributed/process_group.hpp"
 #include "ddp_runtime/distributed/recovery.hpp"
-#include "ddp_runtime/distributed_model.hpp"
-#include "ddp_runtime/optimizer.hpp"
-#include "ddp_runtime/process_group.hpp"
-#include "ddp_runtime/sampler.hpp"
-#include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/snapshots/snapshot.hpp"
 #include "ddp_runtime/train.hpp"
+#include "ddp_runtime/training/optimizer.hpp"
 #include "ddp_runtime/training/straggler.hpp"
 
 namespace ddp::runtime {
@@ -58,6 +58,11 @@ std::chrono::steady_clock::time_point process_start();
 void require_libtorch_2();
 // The run's Recovery with --recover in-place, else nullptr; throws ddp::Error for a backend other than Gloo.
 std::unique_ptr<Recovery> start_recovery(const TrainOptions& options, const Launch& launch, Distributed& dist);
+// What train_main runs once the command line and the environment are read: the process group, the job, the start
+// (a snapshot or none), the Trainer; finalize MPI. Returns 0 when every epoch ran, kExitStopped after a stop request.
+// Throws ddp::Error for bad input (on every rank alike) and std::exception for failures (train_main.cpp). Not in
+// the API: a Launch is the runtime's own reading of the launcher's environment.
+int run_training(const TrainOptions& options, const Launch& launch, const JobFactory& make_job);
 // A replacement's whole run (--join): the running group takes it in, and it trains on with them; its exit status.
 int run_replacement(const TrainOptions& options, const Launch& launch, const JobFactory& make_job);
 

@@ -12,10 +12,10 @@
 
 #include "base/json_string.hpp"
 #include "core/error.hpp"
-#include "ddp_runtime/c10d_compat.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
 #include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/distributed/peer_check.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 #include "ddp_runtime/training/trainer.hpp"
 
 namespace ddp::runtime {

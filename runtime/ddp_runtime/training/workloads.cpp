@@ -17,6 +17,7 @@
 #include "ddp_runtime/common/tensor_text.hpp"
 #include "ddp_runtime/data/data_files.hpp"
 #include "ddp_runtime/data/idx.hpp"
+#include "ddp_runtime/train.hpp"
 #include "ddp_runtime/training/kind_table.hpp"
 #include "ddp_runtime/training/script_model.hpp"
 
@@ -146,6 +147,8 @@ Batch TensorDataset::get_batch(const at::Tensor& indices) const {
   return {inputs_.index_select(0, indices), targets_.index_select(0, indices)};
 }
 
+// The trainer calls torch.manual_seed(options.seed) first; the data and the model are then built in the order
+// the seed script builds them, so that a Python script doing the same gets the same samples and initial weights.
 TrainingJob make_workload(const TrainOptions& options) {
   if (!options.model.empty()) return script_workload(options);
   TrainingJob job;

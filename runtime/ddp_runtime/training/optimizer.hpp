@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "ddp_runtime/snapshot.hpp"
+#include "ddp_runtime/snapshots/snapshot.hpp"
 #include "ddp_runtime/train_options.hpp"
 
 namespace torch::optim {

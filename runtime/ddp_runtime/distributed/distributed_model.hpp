@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddp_runtime/distributed/process_group.hpp"
 #include "ddp_runtime/job.hpp"
-#include "ddp_runtime/process_group.hpp"
 
 namespace torch::nn {
 class Module;

@@ -1,4 +1,4 @@
-#include "ddp_runtime/mapped_file.hpp"
+#include "ddp_runtime/common/mapped_file.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -38,9 +38,9 @@
 #include <utility>
 #include <vector>
 
+#include "ddp_runtime/common/mapped_file.hpp"
 #include "ddp_runtime/job.hpp"
-#include "ddp_runtime/mapped_file.hpp"
-#include "ddp_runtime/snapshot_files.hpp"
+#include "ddp_runtime/snapshots/snapshot_files.hpp"
 
 namespace ddp::runtime {
 

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "core/launch.hpp"
-#include "ddp_runtime/c10d_compat.hpp"
-#include "ddp_runtime/mapped_file.hpp"
+#include "ddp_runtime/common/c10d_compat.hpp"
+#include "ddp_runtime/common/mapped_file.hpp"
 
 namespace ddp::runtime {
 
