@@ -2,7 +2,7 @@
 # Every name a user or an admin can type or read is documented: names_in_docs.sh SOURCE_DIR [DOCS_DIR]
 # reads, from the sources (not from built binaries, so that it runs on every stack without a build),
 #   - the --ddp* options of the plugin's option table (src/core/options.cpp, option_table()),
-#   - the plugstack.conf keys its config parser accepts (src/core/options.cpp, config_keys()),
+#   - the plugstack.conf keys its config parser accepts (src/core/options.cpp, config_key_table()),
 #   - the environment variable names of src/core/env_names.hpp (ddp::vars::k*),
 #   - ddp-doctor's check names (src/doctor/checks/catalogue.hpp, the entries catalogue.cpp lists),
 #   - ddp-train's long options (runtime/ddp_runtime/options/cli.cpp) and ddp-doctor's (src/doctor/run/doctor_options.cpp),
@@ -60,7 +60,7 @@ check() {
 options_cpp=$src/src/core/options.cpp
 mapfile -t plugin_options < <(sed -n '/option_table() {/,/return table;/p' "$options_cpp" |
   grep -oE '^ *\{"ddp[a-z-]*"' | sed -E 's/^ *\{"/--/; s/"$//' || true)
-mapfile -t config_keys < <(sed -n '/config_keys() {/,/return keys;/p' "$options_cpp" |
+mapfile -t config_keys < <(sed -n '/config_key_table() {/,/return keys;/p' "$options_cpp" |
   grep -oE '^ *\{"[a-z_]+"' | sed -E 's/^ *\{"//; s/"$//' || true)
 mapfile -t variables < <(grep -oE 'constexpr char k[A-Za-z0-9]+\[\] = "[A-Z][A-Z0-9_]*"' "$src/src/core/env_names.hpp" |
   sed -E 's/.*= "//; s/"$//' || true)
