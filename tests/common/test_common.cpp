@@ -122,7 +122,7 @@ void write_file(const std::string& path, const std::string& text, double mtime) 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::string compare_block(const std::string& path, const std::string& header, const std::string& prefix,
-                          const std::vector<std::string>& expected) {
+                          const std::vector<std::string>& expected, const std::string& end) {
   std::ifstream in(path);
   if (!in) return "cannot read " + path;
   std::vector<std::string> lines;
@@ -131,14 +131,14 @@ std::string compare_block(const std::string& path, const std::string& header, co
   while (begin < lines.size() && lines[begin] != header) ++begin;
   if (begin == lines.size()) return path + " has no line " + header + "; put it back above the generated block";
   ++begin;
-  size_t end = begin;
-  while (end < lines.size() && lines[end].rfind(prefix, 0) == 0) ++end;
+  size_t last = begin;
+  while (last < lines.size() && lines[last].rfind(prefix, 0) == 0 && (end.empty() || lines[last] != end)) ++last;
   const std::vector<std::string> found(lines.begin() + static_cast<std::ptrdiff_t>(begin),
-                                       lines.begin() + static_cast<std::ptrdiff_t>(end));
+                                       lines.begin() + static_cast<std::ptrdiff_t>(last));
   if (found == expected) return "";
   const char* update = std::getenv("DDP_UPDATE_TABLES");
   if (update != nullptr && std::string(update) == "1") {
-    lines.erase(lines.begin() + static_cast<std::ptrdiff_t>(begin), lines.begin() + static_cast<std::ptrdiff_t>(end));
+    lines.erase(lines.begin() + static_cast<std::ptrdiff_t>(begin), lines.begin() + static_cast<std::ptrdiff_t>(last));
     lines.insert(lines.begin() + static_cast<std::ptrdiff_t>(begin), expected.begin(), expected.end());
     std::ofstream out(path, std::ios::trunc);
     for (const std::string& line : lines) out << line << '\n';
