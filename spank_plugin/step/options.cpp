@@ -88,12 +88,6 @@ void apply_snapshot_dir(Options& options, std::optional<std::string_view> value)
   options.snapshot_dir = std::string(*value);
 }
 
-struct ConfigKey {
-  const char* name;
-  const char* accepted;
-  void (*apply)(Config& config, std::string_view value);  // returns normally only for a good value
-};
-
 void set_port_range(Config& config, std::string_view value) {
   config.port_range = parse_port_range(value, "port_range");
   if (config.port_range.first < 1024) throw Error("port_range starts below 1024");
@@ -145,25 +139,9 @@ void set_default_backend(Config& config, std::string_view value) {
   config.default_backend = *backend;
 }
 
-const std::vector<ConfigKey>& config_keys() {
-  static const std::vector<ConfigKey> keys = {
-      {"port_range", "FIRST-LAST within 1024-65535, outside the kernel's ephemeral range", set_port_range},
-      {"default_backend", kBackendNames.data(), set_default_backend},
-      {"snapshot_dir", "an absolute path, with %u (user), %j (job id), %x (job name)", set_snapshot_dir},
-      {"bind", "closest|none", set_bind},
-      {"nic", "an interface name, or auto", set_nic},
-      {"topology_xml", "an absolute path to an hwloc XML export (lstopo --of xml)", set_topology_xml},
-      {"topology_cache", "a root-owned directory for the per-boot topology export, or none", set_topology_cache},
-      {"snapshot_dir_timeout", "seconds each task waits for the snapshot directory's file system, 1-3600 (30)",
-       set_snapshot_dir_timeout},
-      {"cleanenv", "apptainer|singularity|off: --ddp-cleanenv's default", set_cleanenv},
-  };
-  return keys;
-}
-
 std::string known_keys() {
   std::string names;
-  for (const ConfigKey& key : config_keys()) names += (names.empty() ? "" : ", ") + std::string(key.name);
+  for (const ConfigKey& key : config_key_table()) names += (names.empty() ? "" : ", ") + std::string(key.name);
   return names;
 }
 
@@ -177,6 +155,41 @@ const char* to_string(CleanEnv mode) {
 
 const char* env_prefix(CleanEnv mode) {
   return mode == CleanEnv::Apptainer ? "APPTAINERENV_" : mode == CleanEnv::Singularity ? "SINGULARITYENV_" : "";
+}
+
+const std::vector<ConfigKey>& config_key_table() {
+  // {name, default, example where no default, help (docs/admin.md, plugstack.conf.in), accepted (errors), setter}
+  static const std::vector<ConfigKey> keys = {
+      {"port_range", "20000-29999", nullptr,
+       "range for derived ports (`MASTER_PORT`), outside the kernel's ephemeral range "
+       "(`net.ipv4.ip_local_port_range`)",
+       "FIRST-LAST within 1024-65535, outside the kernel's ephemeral range", set_port_range},
+      {"default_backend", "auto", nullptr, "backend hint when `--ddp` is given without one: auto, gloo, nccl or mpi",
+       kBackendNames.data(), set_default_backend},
+      {"snapshot_dir", nullptr, "/fsx/%u/snapshots/%x-%j",
+       "default `--ddp-snapshot-dir` (`DDP_SNAPSHOT_DIR`): %u user, %j job id, %x job name",
+       "an absolute path, with %u (user), %j (job id), %x (job name)", set_snapshot_dir},
+      {"bind", "closest", nullptr, "default `--ddp-bind`: closest or none", "closest|none", set_bind},
+      {"nic", "auto", nullptr, "default `--ddp-nic`: an interface name, or auto", "an interface name, or auto",
+       set_nic},
+      {"topology_xml", nullptr, "/etc/slurm/node.xml",
+       "plan from an hwloc XML export (`lstopo --of xml`) instead of the running system; read first in a child "
+       "process, since hwloc crashes on some malformed files",
+       "an absolute path to an hwloc XML export (lstopo --of xml)", set_topology_xml},
+      {"topology_cache", "/run/slurm-ddp", nullptr,
+       "root-owned directory for the per-boot topology export (`none`: probe at every step); keyed by boot id, hwloc "
+       "version and device names, written again when cut short",
+       "a root-owned directory for the per-boot topology export, or none", set_topology_cache},
+      {"snapshot_dir_timeout", "30", nullptr,
+       "seconds each task waits for the snapshot directory's file system before the step fails (a hung NFS or "
+       "Lustre mount), and srun and each task for the log directory's before going on without reports",
+       "seconds each task waits for the snapshot directory's file system, 1-3600 (30)", set_snapshot_dir_timeout},
+      {"cleanenv", "off", nullptr,
+       "default `--ddp-cleanenv`: `apptainer` where users run `apptainer exec --cleanenv` (the variables also as "
+       "`APPTAINERENV_` names), `singularity` for `SINGULARITYENV_` names",
+       "apptainer|singularity|off: --ddp-cleanenv's default", set_cleanenv},
+  };
+  return keys;
 }
 
 const std::vector<OptionSpec>& option_table() {
@@ -245,7 +258,7 @@ Config parse_config(const std::vector<std::string>& args, std::string_view file)
       throw Error("plugstack argument " + quote(arg) + where + " is not key=value; known keys: " + known_keys());
     }
     const ConfigKey* key = nullptr;
-    for (const ConfigKey& candidate : config_keys()) {
+    for (const ConfigKey& candidate : config_key_table()) {
       if (name == candidate.name) key = &candidate;
     }
     if (key == nullptr) {

@@ -75,6 +75,21 @@ struct Config {
   CleanEnv cleanenv = CleanEnv::Off;                      // --ddp-cleanenv's default
 };
 
+// One plugstack.conf key. config_key_table() is the only list of them: parse_config reads it, and
+// spank_plugin/plugstack.conf.in's comment and docs/admin.md's table are written from it (tests/core's
+// plugstack_keys_test.cpp fails, naming the key, when either says otherwise, and rewrites both when run with
+// DDP_UPDATE_TABLES=1). Adding a key is one row here, its setter, and that test run.
+struct ConfigKey {
+  const char* name;
+  const char* default_value;  // as an admin would write it, and what Config{} holds; nullptr: none
+  const char* example;        // a value plugstack.conf.in shows for a key without default; nullptr for the others
+  const char* help;           // one sentence, markdown: docs/admin.md's Meaning and plugstack.conf.in's comment
+  const char* accepted;       // what parse_config's error says the key takes
+  void (*apply)(Config& config, std::string_view value);  // returns normally only for a good value
+};
+
+const std::vector<ConfigKey>& config_key_table();
+
 // Strict parse of the plugstack.conf arguments: an unknown key, a missing '=' or a bad value throws
 // ddp::Error naming the argument, the file and the accepted values.
 Config parse_config(const std::vector<std::string>& args, std::string_view file);

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -119,5 +120,39 @@ void write_file(const std::string& path, const std::string& text, double mtime) 
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string compare_block(const std::string& path, const std::string& header, const std::string& prefix,
+                          const std::vector<std::string>& expected, const std::string& end) {
+  std::ifstream in(path);
+  if (!in) return "cannot read " + path;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  size_t begin = 0;
+  while (begin < lines.size() && lines[begin] != header) ++begin;
+  if (begin == lines.size()) return path + " has no line " + header + "; put it back above the generated block";
+  ++begin;
+  size_t last = begin;
+  while (last < lines.size() && lines[last].rfind(prefix, 0) == 0 && (end.empty() || lines[last] != end)) ++last;
+  const std::vector<std::string> found(lines.begin() + static_cast<std::ptrdiff_t>(begin),
+                                       lines.begin() + static_cast<std::ptrdiff_t>(last));
+  if (found == expected) return "";
+  const char* update = std::getenv("DDP_UPDATE_TABLES");
+  if (update != nullptr && std::string(update) == "1") {
+    lines.erase(lines.begin() + static_cast<std::ptrdiff_t>(begin), lines.begin() + static_cast<std::ptrdiff_t>(last));
+    lines.insert(lines.begin() + static_cast<std::ptrdiff_t>(begin), expected.begin(), expected.end());
+    std::ofstream out(path, std::ios::trunc);
+    for (const std::string& line : lines) out << line << '\n';
+    return out ? "" : "cannot write " + path;
+  }
+  size_t first = 0;
+  while (first < found.size() && first < expected.size() && found[first] == expected[first]) ++first;
+  std::ostringstream message;
+  message << path << " differs from its table at line " << begin + first + 1 << ": has "
+          << (first < found.size() ? "'" + found[first] + "'" : "nothing") << ", expected "
+          << (first < expected.size() ? "'" + expected[first] + "'" : "nothing")
+          << "; rerun the test with DDP_UPDATE_TABLES=1 to write the block, which is:\n";
+  for (const std::string& line : expected) message << line << '\n';
+  return message.str();
+}
 
 }  // namespace ddp::testing

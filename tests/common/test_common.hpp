@@ -6,6 +6,7 @@
 #include <exception>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace ddp::testing {
 
@@ -30,6 +31,15 @@ class TempDir {
 // never share one. `holder` 0: this process, which keeps the lock until it exits. Throws std::runtime_error when
 // no port is free.
 uint16_t reserve_port(int holder = 0);
+
+// Generated text kept in a checked-in file (a docs table, a config comment) against the table it comes from. The
+// block is the lines right after the first line equal to `header` that start with `prefix`, up to a line equal to
+// `end` where one is given (with an empty prefix, the lines up to `end`). Returns "" when they
+// are `expected`, else a message naming `path`, the first line that differs and the whole expected block. With
+// DDP_UPDATE_TABLES=1 in the environment, writes `expected` in the block's place instead and returns "", so that adding
+// a row to a table is followed by one test run rather than hand edits of each page.
+std::string compare_block(const std::string& path, const std::string& header, const std::string& prefix,
+                          const std::vector<std::string>& expected, const std::string& end = "");
 
 // The message of the `Expected` that `body` throws (by default any std::exception, ddp::Error among them); empty when
 // it throws nothing. Anything else it throws goes on to the test, which fails on it.

@@ -2,9 +2,9 @@
 # Every name a user or an admin can type or read is documented: names_in_docs.sh SOURCE_DIR [DOCS_DIR]
 # reads, from the sources (not from built binaries, so that it runs on every stack without a build),
 #   - the --ddp* options of the plugin's option table (spank_plugin/step/options.cpp, option_table()),
-#   - the plugstack.conf keys its config parser accepts (spank_plugin/step/options.cpp, config_keys()),
+#   - the plugstack.conf keys its config parser accepts (spank_plugin/step/options.cpp, config_key_table()),
 #   - the environment variable names of src/core/env_names.hpp (ddp::vars::k*),
-#   - ddp-doctor's check names (src/doctor/checks/catalogue.hpp, the entries catalogue.cpp lists),
+#   - ddp-doctor's check names (src/doctor/checks/catalogue.hpp, the CHECK rows of DDP_DOCTOR_CHECKS),
 #   - ddp-train's long options (runtime/ddp_runtime/options/cli.cpp) and ddp-doctor's (src/doctor/run/doctor_options.cpp),
 # and looks for each in DOCS_DIR/*.md (default: SOURCE_DIR/docs), as a whole name: `--keep` is not found inside
 # `--keep-going`, nor `gpu.driver` inside `gpu.driver_bound`; a plugstack.conf key counts only written as `key` in
@@ -60,14 +60,14 @@ check() {
 options_cpp=$src/spank_plugin/step/options.cpp
 mapfile -t plugin_options < <(sed -n '/option_table() {/,/return table;/p' "$options_cpp" |
   grep -oE '^ *\{"ddp[a-z-]*"' | sed -E 's/^ *\{"/--/; s/"$//' || true)
-mapfile -t config_keys < <(sed -n '/config_keys() {/,/return keys;/p' "$options_cpp" |
+mapfile -t config_keys < <(sed -n '/config_key_table() {/,/return keys;/p' "$options_cpp" |
   grep -oE '^ *\{"[a-z_]+"' | sed -E 's/^ *\{"//; s/"$//' || true)
 mapfile -t variables < <(grep -oE 'constexpr char k[A-Za-z0-9]+\[\] = "[A-Z][A-Z0-9_]*"' "$src/src/core/env_names.hpp" |
   sed -E 's/.*= "//; s/"$//' || true)
 catalogue_hpp=$src/src/doctor/checks/catalogue.hpp
-mapfile -t checks < <(tr '\n' ' ' <"$catalogue_hpp" | grep -oE 'CheckInfo k[A-Za-z0-9]+\{ *"[^"]+"' |
+mapfile -t checks < <(grep -oE '^ *CHECK\(k[A-Za-z0-9]+, *"[^"]+"' "$catalogue_hpp" |
   sed -E 's/.*"([^"]+)"$/\1/' || true)
-declared_checks=$(grep -cE 'inline constexpr CheckInfo k' "$catalogue_hpp" || true)
+declared_checks=$(grep -cE '^ *CHECK\(k' "$catalogue_hpp" || true)
 mapfile -t train_options < <(grep -ohE '\{"--[a-z][a-z-]*"|arg == "--[a-z][a-z-]*"' "$src/runtime/ddp_runtime/options/cli.cpp" |
   grep -oE -e '--[a-z][a-z-]*' | grep -vx -e '--help' | sort -u || true)
 mapfile -t doctor_options < <(grep -ohE '\{"--[a-z][a-z-]*"|arg == "--[a-z][a-z-]*"' "$src/src/doctor/run/doctor_options.cpp" |

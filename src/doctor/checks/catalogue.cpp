@@ -17,20 +17,9 @@ const char* to_string(Where where) {
 }
 
 const std::vector<const CheckInfo*>& catalogue() {
-  using namespace checks;
-  static const std::vector<const CheckInfo*> entries{
-      // Node.
-      &kMasterAddr, &kInterface, &kLinkSpeed, &kGpuVisible, &kGpuDriverBound, &kStorageDir, &kStorageFree,
-      &kStorageDevice, &kNodeChecks,
-      // Node leader.
-      &kContainerRuntime, &kContainerSnapshotDir, &kContainerShm, &kGpuDriver, &kGpuMemory, &kTopoGpuNic, &kTopoPlan,
-      &kStorageWriteBw, &kDataDir, &kDataDevice, &kNodeBlas, &kNodeCompute, &kNodeMemoryBw,
-      // Every task.
-      &kCpuCores, &kOmpThreads, &kExchange,
-      // Rank 0.
-      &kMasterPort, &kRendezvous,
-      // Across nodes.
-      &kClockOffset, &kStorageShared, &kStorageLocks, &kLinkBandwidth, &kLinkRtt, &kAllreduceGloo, &kAllreduceNccl};
+#define DDP_DOCTOR_CHECK_ADDRESS(constant, ...) &checks::constant,
+  static const std::vector<const CheckInfo*> entries{DDP_DOCTOR_CHECKS(DDP_DOCTOR_CHECK_ADDRESS)};
+#undef DDP_DOCTOR_CHECK_ADDRESS
   return entries;
 }
 

@@ -25,81 +25,74 @@ struct CheckInfo {
   const char* threshold_option;  // the ddp-doctor option that moves its threshold; "" where none does
 };
 
+// Every check, one row each, in the order --list-checks prints them: CHECK(constant, name, where, what it checks,
+// threshold option). This is the only list: the constants below (checks::kName, which make_result takes), catalogue(),
+// `ddp-doctor --list-checks` and, through a test, docs/doctor-checks.md all come from it. A row's `where` is also
+// where its results may be made: the runner refuses a result from any other place (allowed_at, ran_at).
+#define DDP_DOCTOR_CHECKS(CHECK)                                                                                       \
+  /* Node (run_node_checks: no network traffic, no child process, no exception; well under a millisecond). */          \
+  CHECK(kMasterAddr, "net.master_addr", Node, "MASTER_ADDR resolves", "")                                              \
+  CHECK(kInterface, "net.interface", Node, "the tasks' socket interface exists, is up and has an address", "")         \
+  CHECK(kLinkSpeed, "net.link_speed", Node, "the link speed of that interface", "--min-net-gbps")                      \
+  CHECK(kGpuVisible, "gpu.visible", Node,                                                                              \
+        "the GPUs the task may use exist (CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES); checked on every task", "")     \
+  CHECK(kGpuDriverBound, "gpu.driver_bound", Node, "every GPU on the PCI bus is bound to its driver", "")              \
+  CHECK(kStorageDir, "storage.dir", Node, "the snapshot directory is usable under srun --ddp's rules", "")             \
+  CHECK(kStorageFree, "storage.free", Node, "free space for the snapshots", "--snapshot-size")                         \
+  CHECK(kStorageDevice, "storage.device", Node, "the snapshot directory's device: SSD or shared, not tmpfs or a disk", \
+        "")                                                                                                            \
+  CHECK(kNodeChecks, "node.checks", Node, "the node checks themselves ran (FAIL: why not)", "")                        \
+  /* NodeLeader. */                                                                                                    \
+  CHECK(kContainerRuntime, "container.runtime", NodeLeader,                                                            \
+        "the container runtime, and whether srun --ddp's variables and snapshot mount reached the task", "")           \
+  CHECK(kContainerSnapshotDir, "container.snapshot_dir", NodeLeader,                                                   \
+        "the snapshot directory srun --ddp prepared is there in the container", "")                                    \
+  CHECK(kContainerShm, "container.shm", NodeLeader, "the size of /dev/shm (NCCL and data loaders use it)", "")         \
+  CHECK(kGpuDriver, "gpu.driver", NodeLeader,                                                                          \
+        "the GPU driver's library (NVML, ROCm SMI) loads and sees the node's GPUs", "")                                \
+  CHECK(kGpuMemory, "gpu.memory", NodeLeader, "no GPU's memory is mostly taken already", "")                           \
+  CHECK(kTopoGpuNic, "topo.gpu_nic", NodeLeader, "each GPU has a network device near it (same PCIe switch or socket)", \
+        "")                                                                                                            \
+  CHECK(kTopoPlan, "topo.plan", NodeLeader, "srun --ddp's binding plan for the node's tasks (GPU, NIC, cores)", "")    \
+  CHECK(kStorageWriteBw, "storage.write_bw", NodeLeader, "write bandwidth into the snapshot directory",                \
+        "--min-disk-mbps")                                                                                             \
+  CHECK(kDataDir, "data.dir", NodeLeader, "the --data-dir directory is readable", "")                                  \
+  CHECK(kDataDevice, "data.device", NodeLeader, "the --data-dir directory's device", "")                               \
+  CHECK(kNodeBlas, "node.blas", NodeLeader,                                                                            \
+        "OpenBLAS's kernels use the CPU's AVX2 where it has it (OPENBLAS_CORETYPE)", "")                               \
+  CHECK(kNodeCompute, "node.compute", NodeLeader, "GEMM speed, against the median of the nodes",                       \
+        "--straggler-threshold")                                                                                       \
+  CHECK(kNodeMemoryBw, "node.memory_bw", NodeLeader, "memory bandwidth, against the median of the nodes",              \
+        "--straggler-threshold")                                                                                       \
+  /* EveryTask. */                                                                                                     \
+  CHECK(kCpuCores, "cpu.cores", EveryTask, "the task's cores, for its data-loader workers", "--workers")               \
+  CHECK(kOmpThreads, "cpu.omp_threads", EveryTask, "OMP_NUM_THREADS is set and within the task's cores", "")           \
+  CHECK(kExchange, "exchange", EveryTask, "the run's exchanges between ranks ended (FAIL: a rank lost or late)",       \
+        "--timeout")                                                                                                   \
+  /* RankZero. */                                                                                                      \
+  CHECK(kMasterPort, "net.master_port", RankZero, "rank 0's store listens on MASTER_PORT and every rank reached it",   \
+        "--timeout")                                                                                                   \
+  CHECK(kRendezvous, "net.rendezvous", RankZero,                                                                       \
+        "MASTER_ADDR is an address of rank 0's node that the other nodes can use", "")                                 \
+  /* AcrossNodes. */                                                                                                   \
+  CHECK(kClockOffset, "clock.offset", AcrossNodes, "each node's clock against rank 0's", "--max-clock-ms")             \
+  CHECK(kStorageShared, "storage.shared", AcrossNodes, "every node sees the others' files in the snapshot directory",  \
+        "")                                                                                                            \
+  CHECK(kStorageLocks, "storage.locks", AcrossNodes,                                                                   \
+        "a lock rank 0 holds on a file in the snapshot directory holds on every node", "")                             \
+  CHECK(kLinkBandwidth, "net.p2p_bw", AcrossNodes, "bandwidth from each node to the next, over Gloo's transport",      \
+        "--min-net-gbps")                                                                                              \
+  CHECK(kLinkRtt, "net.p2p_rtt", AcrossNodes, "round trip from each node to the next", "--max-rtt-us")                 \
+  CHECK(kAllreduceGloo, "allreduce.gloo", AcrossNodes, "all-reduce over Gloo: every sum right, and its bus bandwidth", \
+        "")                                                                                                            \
+  CHECK(kAllreduceNccl, "allreduce.nccl", AcrossNodes,                                                                 \
+        "all-reduce over NCCL (where built with CUDA): every sum right, and its bus bandwidth", "")
+
 namespace checks {
-// Node (run_node_checks: no network traffic, no child process, no exception; well under a millisecond).
-inline constexpr CheckInfo kMasterAddr{"net.master_addr", Where::Node, "MASTER_ADDR resolves", ""};
-inline constexpr CheckInfo kInterface{"net.interface", Where::Node,
-                                      "the tasks' socket interface exists, is up and has an address", ""};
-inline constexpr CheckInfo kLinkSpeed{"net.link_speed", Where::Node, "the link speed of that interface",
-                                      "--min-net-gbps"};
-inline constexpr CheckInfo kGpuVisible{
-    "gpu.visible", Where::Node,
-    "the GPUs the task may use exist (CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES); checked on every task", ""};
-inline constexpr CheckInfo kGpuDriverBound{"gpu.driver_bound", Where::Node,
-                                           "every GPU on the PCI bus is bound to its driver", ""};
-inline constexpr CheckInfo kStorageDir{"storage.dir", Where::Node,
-                                       "the snapshot directory is usable under srun --ddp's rules", ""};
-inline constexpr CheckInfo kStorageFree{"storage.free", Where::Node, "free space for the snapshots", "--snapshot-size"};
-inline constexpr CheckInfo kStorageDevice{"storage.device", Where::Node,
-                                          "the snapshot directory's device: SSD or shared, not tmpfs or a disk", ""};
-inline constexpr CheckInfo kNodeChecks{"node.checks", Where::Node, "the node checks themselves ran (FAIL: why not)",
-                                       ""};
-// NodeLeader.
-inline constexpr CheckInfo kContainerRuntime{
-    "container.runtime", Where::NodeLeader,
-    "the container runtime, and whether srun --ddp's variables and snapshot mount reached the task", ""};
-inline constexpr CheckInfo kContainerSnapshotDir{"container.snapshot_dir", Where::NodeLeader,
-                                                 "the snapshot directory srun --ddp prepared is there in the container",
-                                                 ""};
-inline constexpr CheckInfo kContainerShm{"container.shm", Where::NodeLeader,
-                                         "the size of /dev/shm (NCCL and data loaders use it)", ""};
-inline constexpr CheckInfo kGpuDriver{"gpu.driver", Where::NodeLeader,
-                                      "the GPU driver's library (NVML, ROCm SMI) loads and sees the node's GPUs", ""};
-inline constexpr CheckInfo kGpuMemory{"gpu.memory", Where::NodeLeader, "no GPU's memory is mostly taken already", ""};
-inline constexpr CheckInfo kTopoGpuNic{"topo.gpu_nic", Where::NodeLeader,
-                                       "each GPU has a network device near it (same PCIe switch or socket)", ""};
-inline constexpr CheckInfo kTopoPlan{"topo.plan", Where::NodeLeader,
-                                     "srun --ddp's binding plan for the node's tasks (GPU, NIC, cores)", ""};
-inline constexpr CheckInfo kStorageWriteBw{"storage.write_bw", Where::NodeLeader,
-                                           "write bandwidth into the snapshot directory", "--min-disk-mbps"};
-inline constexpr CheckInfo kDataDir{"data.dir", Where::NodeLeader, "the --data-dir directory is readable", ""};
-inline constexpr CheckInfo kDataDevice{"data.device", Where::NodeLeader, "the --data-dir directory's device", ""};
-inline constexpr CheckInfo kNodeBlas{"node.blas", Where::NodeLeader,
-                                     "OpenBLAS's kernels use the CPU's AVX2 where it has it (OPENBLAS_CORETYPE)", ""};
-inline constexpr CheckInfo kNodeCompute{"node.compute", Where::NodeLeader,
-                                        "GEMM speed, against the median of the nodes", "--straggler-threshold"};
-inline constexpr CheckInfo kNodeMemoryBw{"node.memory_bw", Where::NodeLeader,
-                                         "memory bandwidth, against the median of the nodes", "--straggler-threshold"};
-// EveryTask.
-inline constexpr CheckInfo kCpuCores{"cpu.cores", Where::EveryTask, "the task's cores, for its data-loader workers",
-                                     "--workers"};
-inline constexpr CheckInfo kOmpThreads{"cpu.omp_threads", Where::EveryTask,
-                                       "OMP_NUM_THREADS is set and within the task's cores", ""};
-inline constexpr CheckInfo kExchange{
-    "exchange", Where::EveryTask, "the run's exchanges between ranks ended (FAIL: a rank lost or late)", "--timeout"};
-// RankZero.
-inline constexpr CheckInfo kMasterPort{"net.master_port", Where::RankZero,
-                                       "rank 0's store listens on MASTER_PORT and every rank reached it", "--timeout"};
-inline constexpr CheckInfo kRendezvous{"net.rendezvous", Where::RankZero,
-                                       "MASTER_ADDR is an address of rank 0's node that the other nodes can use", ""};
-// AcrossNodes.
-inline constexpr CheckInfo kClockOffset{"clock.offset", Where::AcrossNodes, "each node's clock against rank 0's",
-                                        "--max-clock-ms"};
-inline constexpr CheckInfo kStorageShared{"storage.shared", Where::AcrossNodes,
-                                          "every node sees the others' files in the snapshot directory", ""};
-inline constexpr CheckInfo kStorageLocks{"storage.locks", Where::AcrossNodes,
-                                         "a lock rank 0 holds on a file in the snapshot directory holds on every node",
-                                         ""};
-inline constexpr CheckInfo kLinkBandwidth{
-    "net.p2p_bw", Where::AcrossNodes, "bandwidth from each node to the next, over Gloo's transport", "--min-net-gbps"};
-inline constexpr CheckInfo kLinkRtt{"net.p2p_rtt", Where::AcrossNodes, "round trip from each node to the next",
-                                    "--max-rtt-us"};
-inline constexpr CheckInfo kAllreduceGloo{"allreduce.gloo", Where::AcrossNodes,
-                                          "all-reduce over Gloo: every sum right, and its bus bandwidth", ""};
-inline constexpr CheckInfo kAllreduceNccl{"allreduce.nccl", Where::AcrossNodes,
-                                          "all-reduce over NCCL (where built with CUDA): every sum right, and its bus "
-                                          "bandwidth",
-                                          ""};
+#define DDP_DOCTOR_DECLARE_CHECK(constant, name, where, what, option) \
+  inline constexpr CheckInfo constant{name, Where::where, what, option};
+DDP_DOCTOR_CHECKS(DDP_DOCTOR_DECLARE_CHECK)
+#undef DDP_DOCTOR_DECLARE_CHECK
 }  // namespace checks
 
 // Every entry above, in this order.

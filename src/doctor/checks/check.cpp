@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 namespace ddp::doctor {
 
@@ -28,6 +29,24 @@ CheckResult make_result(const CheckInfo& check, Status status, std::string value
 
 CheckResult skipped(const CheckInfo& check, std::string why) {
   return make_result(check, Status::Skip, "-", "", std::move(why));
+}
+
+std::vector<CheckResult>& ran_at(std::initializer_list<Where> places, std::vector<CheckResult>& results) {
+  for (const CheckResult& result : results) {
+    const CheckInfo* entry = find_check(result.check);
+    if (entry == nullptr) throw std::logic_error("check " + result.check + " is not in catalogue.hpp; add its row");
+    bool allowed = false;
+    std::string names;
+    for (Where place : places) {
+      allowed = allowed || place == entry->where;
+      names += (names.empty() ? "" : " or ") + std::string(to_string(place));
+    }
+    if (!allowed) {
+      throw std::logic_error("check " + result.check + " is declared for " + to_string(entry->where) + " but ran at " +
+                             names + "; run it from its place or change its row's where in catalogue.hpp");
+    }
+  }
+  return results;
 }
 
 Status worst(const std::vector<CheckResult>& results) {

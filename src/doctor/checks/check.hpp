@@ -1,6 +1,7 @@
 #pragma once
 // One verdict of ddp-doctor: what was measured, against which threshold, on which rank and node.
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@ struct CheckResult {
 CheckResult make_result(const CheckInfo& check, Status status, std::string value, std::string threshold = "",
                         std::string detail = "");
 CheckResult skipped(const CheckInfo& check, std::string why);
+
+// Every runner passes what it made through this, naming the places (catalogue.hpp's `where`) it stands for: a result
+// whose entry is declared for another place is a bug of the code that made it (a check called from the wrong runner,
+// or its row's `where` not moved with it), and throws std::logic_error naming the check and both places, which fails
+// the tests that reach it (inside slurmstepd, run_node_checks turns it into node.checks' FAIL). Returns `results`.
+std::vector<CheckResult>& ran_at(std::initializer_list<Where> places, std::vector<CheckResult>& results);
 
 // The worst status of a list, where FAIL > WARN > OK and SKIP counts as OK.
 Status worst(const std::vector<CheckResult>& results);

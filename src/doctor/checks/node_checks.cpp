@@ -75,8 +75,9 @@ std::vector<CheckResult> run_node_checks(const NodeCheckRequest& request) noexce
     for (auto&& part : {gpu_checks(request), storage_checks(request)}) {
       results.insert(results.end(), part.begin(), part.end());
     }
-    return results;
-  } catch (const std::exception& e) {
+    // Inside slurmstepd: only the node's own checks, and a misplaced one becomes node.checks' FAIL below.
+    return ran_at({Where::Node}, results);
+  } catch (const std::exception& e) {  // std::logic_error from ran_at among them
     return internal_failure(e.what());
   } catch (...) {
     return internal_failure("unknown error");

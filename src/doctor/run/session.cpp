@@ -116,7 +116,8 @@ std::vector<CheckResult> node_leader_checks(const DoctorRun& run) {
   if (run.options.data_dir) append(results, data_dir_checks(*run.options.data_dir));
   results.push_back(check_blas_kernels(this_blas(), cpu_vectors()));
   append(results, measure_node_speed(run.options.quick, time_budget(run.options).node_speed));
-  return results;
+  // The first task on the node runs the node's checks too (catalogue.hpp: "node").
+  return ran_at({Where::Node, Where::NodeLeader}, results);
 }
 
 bool is_loopback(const std::string& ip) { return ip.rfind("127.", 0) == 0 || ip == "::1"; }
@@ -161,26 +162,33 @@ void cross_checks(Group& group, const DoctorRun& run, std::vector<CheckResult>& 
   const std::vector<Peer> peers = exchange_peers(group, me, checks_done);
 
   std::vector<CheckResult> own;
-  if (group.rank() == 0) append(own, rendezvous_check(network.master_ip, peers));
+  if (group.rank() == 0) {
+    std::vector<CheckResult> rendezvous = rendezvous_check(network.master_ip, peers);
+    append(own, ran_at({Where::RankZero}, rendezvous));
+  }
   if (me.leader) {
     report_progress(run, "clocks");
     own.push_back(clock_offset(group, run, Deadline::after(budget.clock)));
   }
   report_progress(run, "shared snapshot directory");
-  append(mine, check_shared_dir(group, peers, snapshot_dir_of(run), Deadline::after(budget.shared_dir)));
-  append(mine, stamp(own, me.rank, me.host));
+  std::vector<CheckResult> across =
+      check_shared_dir(group, peers, snapshot_dir_of(run), Deadline::after(budget.shared_dir));
+  append(mine, ran_at({Where::AcrossNodes}, across));
+  append(mine, stamp(ran_at({Where::RankZero, Where::AcrossNodes}, own), me.rank, me.host));
   const auto progress = group.rank() == 0 ? run.progress : nullptr;
   const LinkSettings links{link_measure_size(run.options.quick, budget.link_stream),
                            run.options.thresholds.min_net_gbps, run.options.thresholds.max_rtt_us, budget.link_pair,
                            progress};
-  append(mine, check_links(group, peers, links, budget.exchange));
+  across = check_links(group, peers, links, budget.exchange);
+  append(mine, ran_at({Where::AcrossNodes}, across));
   CollectiveSetup setup;
   setup.data_address = me.data_address;
   setup.local_rank = run.launch.local_rank;
   setup.timeout = run.options.timeout;
   setup.phase = budget.allreduce;
   for (AllreduceBackend* backend : run.backends) {
-    append(mine, check_allreduce(group, *backend, setup, allreduce_sizes(run.options.quick), progress));
+    across = check_allreduce(group, *backend, setup, allreduce_sizes(run.options.quick), progress);
+    append(mine, ran_at({Where::AcrossNodes}, across));
   }
 }
 
@@ -193,12 +201,15 @@ std::vector<CheckResult> local_checks(const DoctorRun& run) {
     results = node_leader_checks(run);
   } else {
     // The node's checks belong to its leader; this task's own GPU view may still differ.
+    // gpu.visible is the node check that every task runs (catalogue.hpp says so in its row).
     const NodeGpus node = scan_gpus("/sys");
     results.push_back(check_visible_gpus(node, run.env(node.visible_variable()), run.launch.backend == Backend::Nccl));
+    ran_at({Where::Node}, results);
   }
   const unsigned cores = usable_cores();
-  results.push_back(check_cores(cores, run.options.workers));
-  results.push_back(check_omp_threads(run.env(vars::kOmpNumThreads), cores));
+  std::vector<CheckResult> task{check_cores(cores, run.options.workers),
+                                check_omp_threads(run.env(vars::kOmpNumThreads), cores)};
+  append(results, ran_at({Where::EveryTask}, task));
   return stamp(results, run.launch.rank, run.host);
 }
 
@@ -213,7 +224,7 @@ Outcome run_doctor(Group& group, const DoctorRun& run, std::vector<CheckResult> 
       result.host = run.host;
     }
   }
-  append(mine, meeting);
+  append(mine, ran_at({Where::RankZero}, meeting));
   Outcome outcome;
   outcome.report.launcher = group.describe();
   outcome.report.world_size = run.launch.world_size;
@@ -233,7 +244,7 @@ Outcome run_doctor(Group& group, const DoctorRun& run, std::vector<CheckResult> 
   } catch (const std::exception& e) {
     // Mostly a lost or late rank (ExchangeError); anything else is reported the same way rather than crashing.
     std::vector<CheckResult> lost{make_result(checks::kExchange, Status::Fail, "stopped", "", e.what())};
-    append(mine, stamp(lost, run.launch.rank, run.host));
+    append(mine, stamp(ran_at({Where::EveryTask}, lost), run.launch.rank, run.host));
     outcome.report.results = std::move(mine);
     outcome.print = true;
     outcome.exit_status = 1;
@@ -247,7 +258,8 @@ Outcome run_unconnected(const DoctorRun& run, const std::string& reason) {
   outcome.report.world_size = run.launch.world_size;
   std::vector<CheckResult> results = local_checks(run);
   std::vector<CheckResult> failure{make_result(checks::kMasterPort, Status::Fail, "unreachable", "reachable", reason)};
-  append(results, stamp(failure, run.launch.rank, run.host));
+  // net.master_port is rank 0's store; the rank that could not reach it says so for the run.
+  append(results, stamp(ran_at({Where::RankZero}, failure), run.launch.rank, run.host));
   outcome.report.results = std::move(results);
   outcome.print = true;
   outcome.exit_status = 1;
