@@ -24,10 +24,10 @@ void apply_ddp(Options& options, std::optional<std::string_view> value) {
 
 void apply_port(Options& options, std::optional<std::string_view> value) {
   if (!value || *value == "auto") {
-    options.port.reset();
+    options.master_port.reset();
     return;
   }
-  options.port = static_cast<uint16_t>(require_uint(*value, 1024, 65535, "--ddp-port value"));
+  options.master_port = static_cast<uint16_t>(require_uint(*value, 1024, 65535, "--ddp-port value"));
 }
 
 void apply_verbose(Options& options, std::optional<std::string_view>) { options.verbose = true; }

@@ -27,9 +27,9 @@ const char* to_string(CleanEnv mode);
 const char* env_prefix(CleanEnv mode);
 
 struct Options {
-  bool enabled = false;            // --ddp given (and not --ddp=off)
-  std::optional<Backend> backend;  // unset: the admin's default_backend
-  std::optional<uint16_t> port;    // unset: reserved or hashed port
+  bool enabled = false;                 // --ddp given (and not --ddp=off)
+  std::optional<Backend> backend;       // unset: the admin's default_backend
+  std::optional<uint16_t> master_port;  // --ddp-port; unset: reserved or hashed port
   bool verbose = false;
   std::optional<std::string> snapshot_dir;  // unset: the admin's snapshot_dir, if any
   std::optional<BindMode> bind;             // unset: the admin's bind
@@ -71,7 +71,7 @@ struct Config {
   std::string nic;           // empty: chosen per task
   std::string topology_xml;  // hwloc XML read instead of the running system; empty: the running system
   std::string topology_cache = "/run/slurm-ddp";          // per-boot export of the system's topology; empty: none
-  std::chrono::milliseconds snapshot_dir_timeout{30000};  // how long each task waits for the snapshot directory
+  std::chrono::milliseconds snapshot_dir_timeout{30000};  // each wait for the snapshot or log directory
   CleanEnv cleanenv = CleanEnv::Off;                      // --ddp-cleanenv's default
 };
 

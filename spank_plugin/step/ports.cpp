@@ -73,7 +73,7 @@ std::vector<PortRange> parse_reserved_ports(std::string_view text) {
   return ranges;
 }
 
-PortChoice choose_master_port(std::optional<uint16_t> user_port, std::string_view reserved, uint32_t job_id,
+MasterPort choose_master_port(std::optional<uint16_t> user_port, std::string_view reserved, uint32_t job_id,
                               uint32_t step_id, PortRange range, std::string_view job_key) {
   if (user_port) return {*user_port, PortSource::User};
   if (!reserved.empty()) return {parse_reserved_ports(reserved).front().first, PortSource::Reserved};

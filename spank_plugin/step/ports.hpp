@@ -35,8 +35,9 @@ PortRange read_ephemeral_range(const std::string& path = "/proc/sys/net/ipv4/ip_
 enum class PortSource { User, Reserved, Hashed };
 const char* to_string(PortSource source);
 
-struct PortChoice {
-  uint16_t port = 0;
+// The step's MASTER_PORT and where it came from (--ddp-port, Slurm's reservation, or derived from the key).
+struct MasterPort {
+  uint16_t number = 0;
   PortSource source = PortSource::Hashed;
 };
 
@@ -53,7 +54,7 @@ uint16_t hashed_port(uint32_t job_id, uint32_t step_id, PortRange range, std::st
 std::vector<PortRange> parse_reserved_ports(std::string_view text);
 
 // `reserved` is SLURM_STEP_RESV_PORTS, empty when none; `job_key` DDP_JOB_KEY, empty or malformed: none.
-PortChoice choose_master_port(std::optional<uint16_t> user_port, std::string_view reserved, uint32_t job_id,
+MasterPort choose_master_port(std::optional<uint16_t> user_port, std::string_view reserved, uint32_t job_id,
                               uint32_t step_id, PortRange range, std::string_view job_key = {});
 
 }  // namespace ddp

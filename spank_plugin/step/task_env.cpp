@@ -44,9 +44,9 @@ StepPlan plan_step(const StepInfo& step, const Options& options, const Config& c
   plan.recover = options.recover;
   plan.cleanenv = options.cleanenv.value_or(config.cleanenv);
   plan.master_addr = first_host(step.node_list);
-  plan.port =
-      choose_master_port(options.port, step.reserved_ports, step.job_id, step.step_id, config.port_range, step.job_key);
-  if (plan.port.source == PortSource::Hashed) check_port_range(config.port_range, ephemeral);
+  plan.master_port = choose_master_port(options.master_port, step.reserved_ports, step.job_id, step.step_id,
+                                        config.port_range, step.job_key);
+  if (plan.master_port.source == PortSource::Hashed) check_port_range(config.port_range, ephemeral);
   const std::string& dir_template = options.snapshot_dir ? *options.snapshot_dir : config.snapshot_dir;
   if (!dir_template.empty()) {
     plan.snapshot_dir = expand_path_template(dir_template, {step.user, std::to_string(step.job_id), step.job_name});
@@ -101,7 +101,7 @@ TaskEnv task_env(const StepPlan& plan, const TaskInfo& task, EnvLookup user) {
   env.set(vars::kRoleRank, std::to_string(task.rank));
   env.set(vars::kRoleWorldSize, std::to_string(step.num_tasks));
   env.set(vars::kMasterAddr, plan.master_addr);
-  env.set(vars::kMasterPort, std::to_string(plan.port.port));
+  env.set(vars::kMasterPort, std::to_string(plan.master_port.number));
   env.set(vars::kRunId, run_id);
   env.set(vars::kRestartCount, std::to_string(step.restart_count));
   // Also where --export=NONE kept it only under its carrier's name (ports.hpp).
@@ -152,7 +152,7 @@ std::optional<std::string> snapshot_dir_to_prepare(const StepPlan& plan, const E
 
 std::string verbose_line(const StepPlan& plan, const TaskInfo& task, const TaskEnv& env, const std::string& placement) {
   return "ddp: rank " + std::to_string(task.rank) + " on " + plan.step.hostname + " (port from " +
-         to_string(plan.port.source) + "): " + env.describe() + (placement.empty() ? "" : " | " + placement);
+         to_string(plan.master_port.source) + "): " + env.describe() + (placement.empty() ? "" : " | " + placement);
 }
 
 void add_failure_reporting(TaskEnv& env, const std::optional<std::string>& step_dir, uint32_t rank,

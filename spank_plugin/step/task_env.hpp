@@ -20,7 +20,7 @@ struct StepPlan {
   Backend backend = Backend::Auto;
   bool verbose = false;
   std::string master_addr;  // first host of the step's node list
-  PortChoice port;
+  MasterPort master_port;
   std::string snapshot_dir;            // expanded; empty when neither --ddp-snapshot-dir nor snapshot_dir is set
   bool snapshot_dir_explicit = false;  // from --ddp-snapshot-dir: replaces a DDP_SNAPSHOT_DIR of the environment
   BindMode bind = BindMode::Closest;

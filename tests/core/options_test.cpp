@@ -48,7 +48,7 @@ TEST(Options, LaterValueOverridesInheritedOne) {
   EXPECT_FALSE(options.enabled);
   apply_option(options, index_of("ddp-port"), "23456");
   apply_option(options, index_of("ddp-port"), "auto");
-  EXPECT_FALSE(options.port.has_value());
+  EXPECT_FALSE(options.master_port.has_value());
 }
 
 TEST(Options, RejectsBadValuesNamingThem) {
@@ -60,7 +60,7 @@ TEST(Options, RejectsBadValuesNamingThem) {
     EXPECT_EQ(message, "--ddp-port value '" + std::string(bad) + "' is not a whole number from 1024 to 65535");
   }
   apply_option(options, index_of("ddp-port"), "29500");
-  EXPECT_EQ(options.port, 29500);
+  EXPECT_EQ(options.master_port, 29500);
 }
 
 TEST(Options, BindNicAndCheck) {

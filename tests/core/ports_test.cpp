@@ -15,13 +15,13 @@ const PortRange kRange{20000, 29999};
 
 TEST(Ports, UserPortWinsThenReservedThenHash) {
   EXPECT_EQ(choose_master_port(23456, "12000-12001", 7, 0, kRange).source, PortSource::User);
-  const PortChoice reserved = choose_master_port(std::nullopt, "12000-12001", 7, 0, kRange);
-  EXPECT_EQ(reserved.port, 12000);
+  const MasterPort reserved = choose_master_port(std::nullopt, "12000-12001", 7, 0, kRange);
+  EXPECT_EQ(reserved.number, 12000);
   EXPECT_EQ(reserved.source, PortSource::Reserved);
-  EXPECT_EQ(choose_master_port(std::nullopt, "12005,12009", 7, 0, kRange).port, 12005);
-  const PortChoice hashed = choose_master_port(std::nullopt, "", 7, 0, kRange);
+  EXPECT_EQ(choose_master_port(std::nullopt, "12005,12009", 7, 0, kRange).number, 12005);
+  const MasterPort hashed = choose_master_port(std::nullopt, "", 7, 0, kRange);
   EXPECT_EQ(hashed.source, PortSource::Hashed);
-  EXPECT_TRUE(kRange.contains(hashed.port));
+  EXPECT_TRUE(kRange.contains(hashed.number));
 }
 
 TEST(Ports, RejectsGarbageInReservedPorts) {
@@ -87,8 +87,8 @@ TEST(Ports, KeyedPortsFollowTheKeyNotTheJobId) {
   }
   // 1000 keys over 10000 ports: about 952 distinct values; 900 is more than seven standard deviations below.
   EXPECT_GT(jobs.size(), 900u);
-  EXPECT_EQ(choose_master_port(std::nullopt, "", 1000, 2, kRange, key).port, hashed_port(1000, 2, kRange, key));
-  EXPECT_EQ(choose_master_port(std::nullopt, "", 1000, 2, kRange, "not a key").port, hashed_port(1000, 2, kRange));
+  EXPECT_EQ(choose_master_port(std::nullopt, "", 1000, 2, kRange, key).number, hashed_port(1000, 2, kRange, key));
+  EXPECT_EQ(choose_master_port(std::nullopt, "", 1000, 2, kRange, "not a key").number, hashed_port(1000, 2, kRange));
 }
 
 TEST(Parse, MaximaBelowNineAreKept) {

@@ -95,13 +95,13 @@ TEST(TaskEnv, BackendAndPortFromOptionsOrAdminDefaults) {
   Options options = ddp_on();
   StepPlan plan = plan_step(two_by_two(0), options, config, kEphemeral);
   EXPECT_EQ(plan.backend, Backend::Gloo);
-  EXPECT_TRUE(config.port_range.contains(plan.port.port));
+  EXPECT_TRUE(config.port_range.contains(plan.master_port.number));
   options.backend = Backend::Nccl;
-  options.port = 29500;
+  options.master_port = 29500;
   plan = plan_step(two_by_two(0), options, config, kEphemeral);
   EXPECT_EQ(plan.backend, Backend::Nccl);
-  EXPECT_EQ(plan.port.port, 29500);
-  EXPECT_EQ(plan.port.source, PortSource::User);
+  EXPECT_EQ(plan.master_port.number, 29500);
+  EXPECT_EQ(plan.master_port.source, PortSource::User);
 }
 
 TEST(TaskEnv, BindingChoicesFromOptionsOrAdminDefaults) {
@@ -129,8 +129,8 @@ TEST(TaskEnv, ReservedPortsFromSlurm) {
   StepInfo step = two_by_two(0);
   step.reserved_ports = "12010-12011";
   const StepPlan plan = plan_step(step, ddp_on(), Config{}, kEphemeral);
-  EXPECT_EQ(plan.port.port, 12010);
-  EXPECT_EQ(plan.port.source, PortSource::Reserved);
+  EXPECT_EQ(plan.master_port.number, 12010);
+  EXPECT_EQ(plan.master_port.source, PortSource::Reserved);
 }
 
 TEST(TaskEnv, AdminRangeInsideEphemeralRangeIsRefused) {
@@ -145,8 +145,8 @@ TEST(TaskEnv, AdminRangeInsideEphemeralRangeIsRefused) {
               "(net.ipv4.ip_local_port_range); choose a port_range outside it, e.g. 20000-29999");
   }
   Options options = ddp_on();
-  options.port = 40001;  // the user's explicit choice is not second-guessed
-  EXPECT_EQ(plan_step(two_by_two(0), options, config, kEphemeral).port.port, 40001);
+  options.master_port = 40001;  // the user's explicit choice is not second-guessed
+  EXPECT_EQ(plan_step(two_by_two(0), options, config, kEphemeral).master_port.number, 40001);
 }
 
 TEST(TaskEnv, MissingOrMalformedNodeListFails) {
@@ -170,7 +170,7 @@ TEST(TaskEnv, InconsistentStepsAndTasksFail) {
 TEST(TaskEnv, VerboseLineIsOneStableLine) {
   StepInfo step = two_by_two(1);
   Options options = ddp_on();
-  options.port = 29500;
+  options.master_port = 29500;
   const StepPlan plan = plan_step(step, options, Config{}, kEphemeral);
   const std::string line =
       verbose_line(plan, {2, 0, 1}, task_env(plan, {2, 0, 1}, user_env({{"OMP_NUM_THREADS", "8"}})));

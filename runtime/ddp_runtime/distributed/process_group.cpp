@@ -44,8 +44,13 @@ std::runtime_error unreachable(const Launch& launch, std::chrono::milliseconds t
 // The store of the job's keys, the project's (project_store.hpp): rank 0 hosts it on MASTER_PORT; every rank, rank 0
 // included, is a client that proves the job's key to it and has it prove the key back. Its keys lie under the job's
 // secret prefix too (store_auth.hpp), so that a name never says what it is.
-compat::StorePtr make_store(Launch& launch, std::chrono::milliseconds timeout) {
-  if (launch.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
+struct RendezvousStore {
+  compat::StorePtr store;
+  int master_port = 0;  // where it listens: MASTER_PORT, or the port the kernel picked when MASTER_PORT was 0
+};
+
+RendezvousStore make_store(const Launch& launch, std::chrono::milliseconds timeout) {
+  if (launch.world_size == 1) return {c10::make_intrusive<c10d::HashStore>(), launch.master_port};
   const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
   if (launch.rank == 0) {
     uint16_t bound = 0;
@@ -59,9 +64,7 @@ compat::StorePtr make_store(Launch& launch, std::chrono::milliseconds timeout) {
       throw std::runtime_error("rank 0 could not host the rendezvous store at " + where + ": " + error_summary(e) +
                                port_advice(launch));
     }
-    // The port the kernel picked when MASTER_PORT was 0 (OpenMPI launches): the one the others will be told.
-    launch.master_port = bound;
-    return under_key_prefix(launch, store);
+    return {under_key_prefix(launch, store), bound};
   }
   try {
     resolve(launch.master_addr, launch.master_port, SOCK_STREAM, 0);
@@ -69,8 +72,10 @@ compat::StorePtr make_store(Launch& launch, std::chrono::milliseconds timeout) {
     throw unreachable(launch, timeout, std::string("cannot resolve it: ") + e.what());
   }
   try {
-    return under_key_prefix(launch, connect_project_store(launch, rendezvous_run(launch), launch.master_addr,
-                                                          static_cast<uint16_t>(launch.master_port), timeout, timeout));
+    return {
+        under_key_prefix(launch, connect_project_store(launch, rendezvous_run(launch), launch.master_addr,
+                                                       static_cast<uint16_t>(launch.master_port), timeout, timeout)),
+        launch.master_port};
   } catch (const ExchangeError& e) {
     const std::string why = e.what();
     if (why.find("cannot reach") != std::string::npos) throw unreachable(launch, timeout, why);
@@ -106,11 +111,13 @@ compat::ProcessGroupPtr make_group(Launch& launch, const std::string& backend, s
     // MPI where it is: no other process can take the port in between.
     if (launch.rank == 0) {
       launch.master_addr = advertised_address(launch.socket_ifnames);
-      store = make_store(launch, timeout);  // sets master_port to the port bound
+      RendezvousStore hosted = make_store(launch, timeout);
+      store = std::move(hosted.store);
+      launch.master_port = hosted.master_port;  // the port the others will be told
     }
     share_master_over_mpi(launch);
   }
-  if (!store) store = make_store(launch, timeout);
+  if (!store) store = make_store(launch, timeout).store;
   if (backend == "nccl") return compat::make_nccl_group(store, launch.rank, launch.world_size, timeout);
   try {
     return compat::make_gloo_group(store, launch.rank, launch.world_size, launch.socket_ifnames, timeout);
