@@ -49,7 +49,7 @@ endforeach()
 
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME slurm-ddp-tools)
 set(CPACK_DEBIAN_TOOLS_DESCRIPTION "ddp-topo, ddp-doctor, ddp-train and sbatch templates for slurm-ddp")
-# nettle is loaded at run time (core/hmac.hpp), so shlibdeps does not see it; Debian 13 renamed its package (64-bit
+# nettle is loaded at run time (base/hmac.hpp), so shlibdeps does not see it; Debian 13 renamed its package (64-bit
 # time_t).
 set(_nettle "libnettle8 | libnettle8t64")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "${_nettle}")

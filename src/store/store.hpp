@@ -12,7 +12,7 @@
 // Anyone who reads squeue knows the run id and size, and anyone on the network can reach the port. So the greeting
 // is a challenge and response under the job's key (DDP_JOB_KEY, which only the job's environment holds): each side
 // sends a random nonce, and each proves it knows the key with an HMAC-SHA-256 over both nonces and the run
-// (core/hmac.hpp), before a single key is read or written.
+// (base/hmac.hpp), before a single key is read or written.
 // A client that cannot prove it takes no rank slot and can set no key; one that is slow to prove it holds only one of
 // kMaxPending places, the oldest of which a new connection takes: strangers never fill the server. The client, too,
 // refuses a server that cannot prove it (another program on the port). Without a key (a launch outside srun --ddp)

@@ -1,4 +1,4 @@
-// The project's one HMAC (core/hmac.hpp): nettle's HMAC-SHA-256, loaded at run time, against RFC 4231's vectors.
+// The project's one HMAC (base/hmac.hpp): nettle's HMAC-SHA-256, loaded at run time, against RFC 4231's vectors.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -37,7 +37,7 @@ void start_mpi_thread();
 
 // Runs `call` on the MPI thread after every call posted before it. When one call has not returned after `timeout` (a
 // peer died, stopped, or never made its matching call), or a peer on this node has ended while it waits (seen at
-// once: core/peer_watch.hpp), the watchdog prints which call on which rank and aborts the job with MPI_Abort.
+// once: base/peer_watch.hpp), the watchdog prints which call on which rank and aborts the job with MPI_Abort.
 void post_mpi_call(std::function<void()> call, MpiCallInfo info, int rank, std::chrono::milliseconds timeout);
 
 // Lets the MPI thread run what was posted, joins it, and calls MPI_Finalize; a successful run calls it once at the

@@ -9,7 +9,7 @@
 // Without DDP_JOB_KEY (a launch outside srun --ddp) all of them come from a fixed key: they still keep apart another
 // job or program that holds the port by accident, but anyone can compute them.
 //
-// Every MAC is the project's one HMAC, HMAC-SHA-256 (core/hmac.hpp), as the store's proofs are.
+// Every MAC is the project's one HMAC, HMAC-SHA-256 (base/hmac.hpp), as the store's proofs are.
 #include <cstdint>
 #include <optional>
 #include <string>
