@@ -24,11 +24,11 @@
 namespace ddp::runtime {
 namespace {
 
-using ddp::runtime::testing::with;
 using ddp::testing::contains;
 
 using testing::ddp_train;
 using testing::Result;
+using testing::train_command;
 
 void expect_equal_models(const std::string& a, const std::string& b) {
   const auto first = testing::load_dict(a);
@@ -38,18 +38,6 @@ void expect_equal_models(const std::string& a, const std::string& b) {
     EXPECT_TRUE(at::equal(item.value().toTensor(), second.at(item.key()).toTensor()))
         << item.key().toStringRef() << " differs between " << a << " and " << b;
   }
-}
-
-// mpirun's messages are wrapped at different columns by OpenMPI 4 and 5.
-std::string unwrapped(std::string text) {
-  std::replace(text.begin(), text.end(), '\n', ' ');
-  return text;
-}
-
-std::vector<std::string> train_command(const std::string& dir, std::vector<std::string> args) {
-  std::vector<std::string> argv{ddp_train(), "--snapshot-dir", dir + "/snapshots", "--output", dir + "/final.pt"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
 }
 
 TEST(DdpTrain, PrintsTheSeedsLinesOnEveryRankAndSavesSnapshotsAndTheFinalModel) {
@@ -455,100 +443,6 @@ TEST(DdpTrain, FailsOnEveryRankBeforeTheFirstStepWhenTheSnapshotDirIsUnwritable)
   }
 }
 
-TEST(DdpTrain, ReportsAnUnreachableRendezvousNamingAddressPortAndTimeout) {
-  const std::string port = std::to_string(testing::free_port());
-  const Result result =
-      testing::run({ddp_train(), "--timeout", "2", "1", "1"},
-                   {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
-  EXPECT_EQ(result.status, 1) << result.output;
-  EXPECT_TRUE(
-      contains(result.output, "rank 1 could not reach the rendezvous store at 127.0.0.1:" + port + " within 2 s"))
-      << result.output;
-}
-
-// A listening socket that accepts connections (the kernel does, from its backlog) and never answers: another
-// user's program on the master node that took MASTER_PORT first.
-class PortSquatter {
- public:
-  PortSquatter() {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_ANY);
-    socklen_t length = sizeof address;
-    if (bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || listen(fd_, 16) != 0 ||
-        getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      throw std::runtime_error("cannot listen");
-    }
-    port_ = std::to_string(ntohs(address.sin_port));
-  }
-  ~PortSquatter() { close(fd_); }
-  const std::string& port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  std::string port_;
-};
-
-// Another program on the store's port: when the store cannot bind, every rank fails at once with one line naming
-// the port and the fix; the other ranks never take a store that cannot prove it is their rank 0's.
-TEST(DdpTrain, EveryRankFailsWithThePortAndTheFixWhenAnotherProgramHoldsIt) {
-  const PortSquatter squatter;
-  const testing::Env env{{"WORLD_SIZE", "2"},
-                         {"MASTER_ADDR", "127.0.0.1"},
-                         {"MASTER_PORT", squatter.port()},
-                         {"DDP_JOB_KEY", "0123456789abcdef0123456789abcdef"}};
-  testing::Env rank0 = env, rank1 = env;
-  rank0["RANK"] = "0";
-  rank1["RANK"] = "1";
-  const Result host = testing::run({ddp_train(), "--timeout", "3", "1", "0"}, rank0);
-  EXPECT_EQ(host.status, 1) << host.output;
-  EXPECT_TRUE(contains(host.output,
-                       "ddp-train: rank 0 could not host the rendezvous store at 127.0.0.1:" + squatter.port() + ": "))
-      << host.output;
-  EXPECT_TRUE(contains(host.output,
-                       "; choose another port (srun --ddp-port=N, or MASTER_PORT), or ask your admin to "
-                       "reserve ports for steps (MpiParams=ports in slurm.conf); port " +
-                           squatter.port() + " on 127.0.0.1 is held by another program\n"))
-      << host.output;
-  const Result peer = testing::run({ddp_train(), "--timeout", "3", "1", "0"}, rank1);
-  EXPECT_EQ(peer.status, 1) << peer.output;
-  EXPECT_TRUE(contains(peer.output, "ddp-train: rank 1: the rendezvous store at 127.0.0.1:" + squatter.port() +
-                                        " is not this job's rank 0's: rank 0 at 127.0.0.1:" + squatter.port() +
-                                        " did not answer"))
-      << peer.output;
-  EXPECT_TRUE(contains(peer.output, "; choose another port")) << peer.output;
-}
-
-// The store of another job (another key) on the port is refused the same way: it cannot prove this job's key.
-TEST(DdpTrain, ARankRefusesTheStoreOfAnotherJob) {
-  const std::string dir = testing::make_temp_dir();
-  const std::string port = std::to_string(testing::free_port());
-  const testing::Env env{{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
-  testing::Env other_job = env, this_job = env;
-  other_job["RANK"] = "0";
-  other_job["DDP_JOB_KEY"] = "ffffffffffffffffffffffffffffffff";
-  this_job["RANK"] = "1";
-  this_job["DDP_JOB_KEY"] = "0123456789abcdef0123456789abcdef";
-  const testing::Process store =
-      testing::spawn({ddp_train(), "--timeout", "20", "1", "0"}, other_job, dir + "/other.log");
-  const Result refused = testing::run({ddp_train(), "--timeout", "3", "1", "0"}, this_job);
-  EXPECT_EQ(refused.status, 1) << refused.output;
-  EXPECT_TRUE(contains(refused.output, "is not this job's rank 0's: what answers at 127.0.0.1:" + port +
-                                           " cannot prove that it knows this job's key (DDP_JOB_KEY)"))
-      << refused.output;
-  EXPECT_TRUE(contains(refused.output, "; choose another port")) << refused.output;
-  kill(store.pid, SIGKILL);
-  testing::wait_for(store);
-}
-
-TEST(DdpTrain, NamesTheInterfaceWhenGlooCannotUseIt) {
-  const Result result = testing::run({ddp_train(), "1", "1"}, {{"GLOO_SOCKET_IFNAME", "nosuch0"}});
-  EXPECT_EQ(result.status, 1) << result.output;
-  EXPECT_TRUE(contains(result.output, "rank 0 could not connect Gloo to its peers (GLOO_SOCKET_IFNAME=nosuch0"))
-      << result.output;
-}
-
 TEST(DdpTrain, RefusesBadInputWithOneLineAndExitStatus2) {
   const std::string dir = testing::make_temp_dir();
   const auto expect_refused = [&](const std::vector<std::string>& args, const testing::Env& env,
@@ -602,104 +496,6 @@ TEST(DdpTrain, TrainsTheQuickstartNetworkOnFashionMnistIdxFiles) {
   EXPECT_TRUE(contains(result.output, "[CPU0] Epoch 1 | Batchsize: 32 | Steps: 3\n")) << result.output;
   EXPECT_EQ(testing::load_dict(dir + "/final.pt").at("linear_relu_stack.0.weight").toTensor().sizes(),
             (std::vector<int64_t>{512, 784}));
-}
-
-TEST(DdpTrain, StartsUnderMpirunWithoutMasterAddr) {
-  if (const std::string why = testing::mpi_missing(); !why.empty()) GTEST_SKIP() << why;
-  const std::string dir = testing::make_temp_dir();
-  const Result result = testing::run(testing::mpirun_command(2, train_command(dir, {"2", "1"})));
-  ASSERT_EQ(result.status, 0) << result.output;
-  EXPECT_TRUE(contains(result.output, "[CPU0] Epoch 1 | Batchsize: 32 | Steps: 32\n")) << result.output;
-  EXPECT_TRUE(contains(result.output, "[CPU1] Epoch 1 | Batchsize: 32 | Steps: 32\n")) << result.output;
-  EXPECT_TRUE(contains(result.output, "Final model saved at " + dir + "/final.pt")) << result.output;
-}
-
-void expect_close_models(const std::string& a, const std::string& b) {
-  const auto first = testing::load_dict(a);
-  const auto second = testing::load_dict(b);
-  ASSERT_EQ(first.size(), second.size());
-  for (const auto& item : first) {
-    EXPECT_TRUE(at::allclose(item.value().toTensor(), second.at(item.key()).toTensor(), 1e-5, 1e-7))
-        << item.key().toStringRef() << " differs between " << a << " and " << b;
-  }
-}
-
-// Several small buckets, so that all-reduce overlaps backward as it does in large models.
-const std::vector<std::string> kMlpArgs{"--workload",      "mlp", "--width",    "64",  "--samples", "512",
-                                        "--batch-size",    "16",  "--momentum", "0.9", "--lr",      "0.01",
-                                        "--bucket-cap-mb", "0.01"};
-
-TEST(DdpTrainMpi, EndsWithTheSameModelAsGloo) {
-  if (const std::string why = testing::mpi_missing(); !why.empty()) GTEST_SKIP() << why;
-  const std::string gloo = testing::make_temp_dir();
-  for (const Result& r : testing::run_ranks(2, train_command(gloo, with(kMlpArgs, {"3", "0"})), gloo)) {
-    ASSERT_EQ(r.status, 0) << r.output;
-  }
-  const std::string mpi = testing::make_temp_dir();
-  const Result result = testing::run(testing::mpirun_command(2, train_command(mpi, with(kMlpArgs, {"3", "0"}))),
-                                     {{"DDP_BACKEND", "mpi"}});
-  ASSERT_EQ(result.status, 0) << result.output;
-  EXPECT_TRUE(contains(result.output, "[CPU1] Epoch 2 | Batchsize: 16 | Steps: 16\n")) << result.output;
-  expect_close_models(gloo + "/final.pt", mpi + "/final.pt");
-}
-
-// A long MPI run under mpirun, up to its first epoch line; `dir`/mpirun.log has the job's output.
-testing::Process start_long_mpi_run(const std::string& dir, const std::vector<std::string>& args) {
-  const auto argv =
-      testing::mpirun_command(2, train_command(dir, with(with({"--backend", "mpi"}, args), {"100000", "0"})));
-  const testing::Process mpirun = testing::spawn(argv, {}, dir + "/mpirun.log");
-  EXPECT_TRUE(testing::wait_for_text(mpirun.output_path, "Epoch 1 | Loss", mpirun))
-      << testing::read_text(mpirun.output_path);
-  return mpirun;
-}
-
-TEST(DdpTrainMpi, AKilledRankEndsTheJobWithAnError) {
-  if (const std::string why = testing::mpi_missing(); !why.empty()) GTEST_SKIP() << why;
-  const std::string dir = testing::make_temp_dir();
-  const testing::Process mpirun = start_long_mpi_run(dir, {});
-  const std::vector<pid_t> ranks = testing::children_of(mpirun.pid);
-  ASSERT_EQ(ranks.size(), 2u);
-  kill(ranks.back(), SIGKILL);
-  const int status = testing::wait_at_most(mpirun, std::chrono::seconds(60));
-  const std::string output = testing::read_text(mpirun.output_path);
-  ASSERT_NE(status, -1) << "the job hung after one rank was killed:\n" << output;
-  EXPECT_NE(status, 0) << output;
-  EXPECT_TRUE(contains(unwrapped(output), "exited on signal 9 (Killed)")) << output;
-}
-
-// A rank that no longer answers leaves the other blocked in a collective: the watchdog aborts the job.
-TEST(DdpTrainMpi, AStoppedRankEndsTheJobAfterTheTimeout) {
-  if (const std::string why = testing::mpi_missing(); !why.empty()) GTEST_SKIP() << why;
-  const std::string dir = testing::make_temp_dir();
-  const testing::Process mpirun = start_long_mpi_run(dir, {"--timeout", "2"});
-  const std::vector<pid_t> ranks = testing::children_of(mpirun.pid);
-  ASSERT_EQ(ranks.size(), 2u);
-  kill(ranks.back(), SIGSTOP);
-  const int status = testing::wait_at_most(mpirun, std::chrono::seconds(60));
-  const std::string output = testing::read_text(mpirun.output_path);
-  ASSERT_NE(status, -1) << "the job hung after one rank stopped:\n" << output;
-  EXPECT_EQ(status, 1) << output;
-  EXPECT_TRUE(contains(output,
-                       "has not completed within 2 s (--timeout): another rank has failed, stopped or not "
-                       "made the same call; aborting the job"))
-      << output;
-}
-
-// An error on the ranks after the MPI group exists: MPI_Abort with ddp-train's exit status, not a hang.
-TEST(DdpTrainMpi, AFailingRankAbortsTheJobWithItsExitStatus) {
-  if (const std::string why = testing::mpi_missing(); !why.empty()) GTEST_SKIP() << why;
-  const std::string dir = testing::make_temp_dir();
-  testing::write_bytes(dir + "/not-a-dir", "x");
-  const auto argv = testing::mpirun_command(2, {ddp_train(), "--backend", "mpi", "--snapshot-dir",
-                                                dir + "/not-a-dir/snaps", "--output", dir + "/f.pt", "2", "1"});
-  const testing::Process mpirun = testing::spawn(argv, {}, dir + "/mpirun.log");
-  const int status = testing::wait_at_most(mpirun, std::chrono::seconds(60));
-  const std::string output = testing::read_text(mpirun.output_path);
-  ASSERT_NE(status, -1) << "the job hung:\n" << output;
-  EXPECT_EQ(status, 2) << output;
-  EXPECT_TRUE(contains(output, "ddp-train: ")) << output;
-  EXPECT_TRUE(contains(output, dir + "/not-a-dir")) << output;
-  EXPECT_FALSE(contains(output, "Epoch")) << output;
 }
 
 }  // namespace

@@ -90,23 +90,8 @@ struct Ranks {
 };
 
 std::vector<std::string> recovering_run(const std::string& dir, const std::vector<std::string>& more) {
-  std::vector<std::string> argv{testing::ddp_train(),
-                                "--snapshot-dir",
-                                dir,
-                                "--output",
-                                dir + "/final.pt",
-                                "--workload",
-                                "mlp",
-                                "--width",
-                                "64",
-                                "--samples",
-                                "4096",
-                                "--recover",
-                                "in-place",
-                                "--timeout",
-                                "4"};
-  argv.insert(argv.end(), more.begin(), more.end());
-  return argv;
+  return testing::mlp_command(dir, "64",
+                              testing::with({"--samples", "4096", "--recover", "in-place", "--timeout", "4"}, more));
 }
 
 // The loss rank 0 printed for the run's last epoch.

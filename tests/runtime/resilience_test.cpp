@@ -28,11 +28,7 @@ using ddp::testing::contains;
 using testing::ddp_train;
 
 std::vector<std::string> mlp_run(const std::string& dir, const std::vector<std::string>& more) {
-  std::vector<std::string> argv{
-      ddp_train(), "--snapshot-dir", dir,   "--output", dir + "/final.pt", "--workload", "mlp", "--width",
-      "512",       "--samples",      "4096"};
-  argv.insert(argv.end(), more.begin(), more.end());
-  return argv;
+  return testing::mlp_command(dir, "512", testing::with({"--samples", "4096"}, more));
 }
 
 // The "stragglers" lists (or another list, such as "late") of the JSON lines rank 0 printed, one per epoch.

@@ -120,19 +120,7 @@ TEST(StoreAuth, AnOutsiderCannotSetTheKeysGlooWaitsFor) {
 // ahead of time, that it is alive.
 TEST(StoreAuth, AnOutsiderCannotAnswerThePeerCheckForAStoppedRank) {
   const std::string dir = testing::make_temp_dir();
-  const std::vector<std::string> argv{ddp_train(),
-                                      "--snapshot-dir",
-                                      dir,
-                                      "--output",
-                                      dir + "/final.pt",
-                                      "--workload",
-                                      "mlp",
-                                      "--width",
-                                      "64",
-                                      "--timeout",
-                                      "2",
-                                      "10000",
-                                      "0"};
+  const std::vector<std::string> argv = testing::mlp_command(dir, "64", {"--timeout", "2", "10000", "0"});
   auto ranks = testing::spawn_ranks(2, argv, dir, {{"DDP_JOB_KEY", kJobKey}});
   ASSERT_TRUE(testing::wait_for_text(ranks[0].output_path, "Epoch 1 | Loss", ranks[0]))
       << testing::read_text(ranks[0].output_path);

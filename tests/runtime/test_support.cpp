@@ -290,6 +290,16 @@ c10::impl::GenericDict load_dict(const std::string& path) { return read_torch_sa
 
 std::string ddp_train() { return DDP_TRAIN_PATH; }
 
+std::vector<std::string> train_command(const std::string& dir, const std::vector<std::string>& args) {
+  return with({ddp_train(), "--snapshot-dir", dir + "/snapshots", "--output", dir + "/final.pt"}, args);
+}
+
+std::vector<std::string> mlp_command(const std::string& dir, const std::string& width,
+                                     const std::vector<std::string>& more) {
+  return with(
+      {ddp_train(), "--snapshot-dir", dir, "--output", dir + "/final.pt", "--workload", "mlp", "--width", width}, more);
+}
+
 std::string torch_python() {
   // Probed once per test process: each start of torch takes seconds on a loaded machine.
   static const std::string found = [] {

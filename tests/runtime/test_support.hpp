@@ -84,6 +84,12 @@ std::vector<std::string> listing(const std::string& dir);
 c10::impl::GenericDict load_dict(const std::string& path);
 
 std::string ddp_train();
+// ddp-train with its snapshots in `dir`/snapshots and its final model at `dir`/final.pt, then `args`.
+std::vector<std::string> train_command(const std::string& dir, const std::vector<std::string>& args);
+// ddp-train training the MLP workload `width` wide, with its snapshots and final model (final.pt) in `dir`, then
+// `more`: the command line the multi-rank tests of recovery, resilience and the store's proof start from.
+std::vector<std::string> mlp_command(const std::string& dir, const std::string& width,
+                                     const std::vector<std::string>& more);
 // Debian's python3 with torch; empty when it is missing (tests that need it skip).
 std::string torch_python();
 std::string python_script(const std::string& name);

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <cstring>
-#include <fstream>
 #include <future>
 #include <map>
 #include <optional>
@@ -19,6 +17,7 @@
 #include "core/netif.hpp"
 #include "ddp_runtime/common/error_message.hpp"
 #include "ddp_runtime/distributed/project_store.hpp"
+#include "ddp_runtime/distributed/recovery_records.hpp"
 #include "ddp_runtime/distributed/store_auth.hpp"
 #include "store/store.hpp"
 
@@ -28,8 +27,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr char kGroupEnded[] = "ddp-train group ended";
-constexpr char kGroupHeader[] = "ddp-train group ";  // then the generation
 constexpr milliseconds kRecoveryPoll{10};
 // A live member's standby store answers a probe's greeting within this; a stopped member's (its port still accepts)
 // is probed again until the join window has passed, and the leader decides once the last probe is back.
@@ -57,18 +54,6 @@ bool refused(std::string reason) {
   return reason.find("refused") != std::string::npos;
 }
 
-std::string report_text(const MemberReport& report) {
-  return std::to_string(report.step) + ":" + (report.has_state ? "1" : "0");
-}
-
-MemberReport parse_report(const std::string& text) {
-  MemberReport report;
-  const std::size_t colon = text.find(':');
-  report.step = std::stoll(text.substr(0, colon));
-  report.has_state = colon != std::string::npos && text.substr(colon + 1) == "1";
-  return report;
-}
-
 bool wait_for_key(const compat::StorePtr& store, const std::string& key, milliseconds timeout) {
   try {
     store->wait({key}, timeout);
@@ -78,114 +63,7 @@ bool wait_for_key(const compat::StorePtr& store, const std::string& key, millise
   }
 }
 
-// The group file as rank 0 wrote it: the run ended, or its generation and members (id and standby endpoint) in rank
-// order. A file that does not exist or does not parse names no generation (-1) and no member.
-struct GroupFile {
-  bool unsealed = false;  // it has content that does not verify under the job's key: it says nothing
-  bool ended = false;
-  int64_t generation = -1;
-  std::vector<std::pair<int, std::string>> members;
-};
-
-constexpr char kGroupFileRecord[] = "group file";
-
-// `sealed`: the file's content, a record (store_auth.hpp) that rank 0 sealed; one that does not verify names nothing.
-GroupFile parse_group_file(const Launch& launch, const std::string& run_id, const std::string& sealed) {
-  GroupFile file;
-  const std::optional<std::string> text = open_record(launch, run_id, kGroupFileRecord, sealed);
-  if (!text) {
-    file.unsealed = !sealed.empty();
-    return file;
-  }
-  std::istringstream in(*text);
-  std::string line;
-  if (!std::getline(in, line)) return file;
-  file.ended = line == kGroupEnded;
-  if (file.ended || line.rfind(kGroupHeader, 0) != 0) return file;
-  try {
-    file.generation = std::stoll(line.substr(std::strlen(kGroupHeader)));
-    while (std::getline(in, line) && file.members.size() < 100000) {
-      const std::size_t tab = line.find('\t');
-      if (tab == std::string::npos || tab == 0) return {};
-      file.members.emplace_back(std::stoi(line.substr(0, tab)), line.substr(tab + 1));
-    }
-  } catch (const std::exception&) {
-    return {};
-  }
-  return file;
-}
-
-GroupFile read_group_file(const Launch& launch, const std::string& run_id, const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream content;
-  content << in.rdbuf();
-  return parse_group_file(launch, run_id, content.str());
-}
-
 }  // namespace
-
-// A generation's list, as the leader writes it, one field per line or tab:
-//   formed|fallback
-//   the verdict (empty when formed)
-//   the member id the next replacement gets
-//   the number of members, then per member, in their new rank order (the source first):
-//     id, steps, holds a state (1/0), host, device, standby endpoint
-//   the number of members lost, then per member lost: id, dead (1/0)
-struct Recovery::GenerationList {
-  bool formed = false;
-  std::string verdict;
-  int next_id = 0;
-  struct Entry {
-    int id = 0;
-    int64_t step = 0;
-    bool has_state = false;
-    RankIdentity identity;
-  };
-  std::vector<Entry> members;
-  std::vector<std::pair<int, bool>> lost;
-
-  std::string encode() const {
-    std::ostringstream out;
-    out << (formed ? "formed" : "fallback") << '\n' << verdict << '\n' << next_id << '\n' << members.size() << '\n';
-    for (const Entry& e : members) {
-      out << e.id << '\t' << e.step << '\t' << e.has_state << '\t' << e.identity.host << '\t' << e.identity.device
-          << '\t' << e.identity.standby << '\n';
-    }
-    out << lost.size() << '\n';
-    for (const auto& [id, dead] : lost) out << id << '\t' << dead << '\n';
-    return out.str();
-  }
-
-  static GenerationList decode(const std::string& text) {
-    GenerationList decoded;
-    std::istringstream in(text);
-    std::string line;
-    std::getline(in, line);
-    decoded.formed = line == "formed";
-    std::getline(in, decoded.verdict);
-    std::getline(in, line);
-    decoded.next_id = std::stoi(line);
-    std::getline(in, line);
-    for (int i = std::stoi(line); i > 0 && std::getline(in, line); --i) {
-      std::vector<std::string> fields;
-      std::istringstream row(line);
-      for (std::string field; std::getline(row, field, '\t');) fields.push_back(field);
-      fields.resize(6);
-      Entry e;
-      e.id = std::stoi(fields[0]);
-      e.step = std::stoll(fields[1]);
-      e.has_state = fields[2] == "1";
-      e.identity = {fields[3], fields[4], fields[5], e.id};
-      decoded.members.push_back(e);
-    }
-    std::getline(in, line);
-    for (int i = std::stoi(line); i > 0 && std::getline(in, line); --i) {
-      const std::size_t tab = line.find('\t');
-      decoded.lost.emplace_back(std::stoi(line.substr(0, tab)), line.substr(tab + 1) == "1");
-    }
-    return decoded;
-  }
-};
 
 struct Recovery::Probe {
   enum State { Dead, Silent, Answered } state = Silent;
@@ -539,16 +417,21 @@ JoinTickets::Written Recovery::join_request_written() const {
 }
 
 std::string Recovery::group_file() const {
-  std::string text = kGroupHeader + std::to_string(generation_) + "\n";
-  for (const Member& member : members_) text += std::to_string(member.id) + "\t" + member.identity.standby + "\n";
-  return seal(kGroupFileRecord, text);
+  GroupFile file;
+  file.generation = generation_;
+  for (const Member& member : members_) file.members.emplace_back(member.id, member.identity.standby);
+  return seal(kGroupFileRecord, file.encode());
 }
 
 std::string Recovery::state_mac(const char* bytes, std::size_t size) const {
   return runtime::state_mac(launch_, settings_.run_id, generation_, bytes, size);
 }
 
-std::string Recovery::ended_group_file() const { return seal(kGroupFileRecord, std::string(kGroupEnded) + "\n"); }
+std::string Recovery::ended_group_file() const {
+  GroupFile file;
+  file.ended = true;
+  return seal(kGroupFileRecord, file.encode());
+}
 
 Regrouped Recovery::join(const std::string& group_file_path, const std::function<void(const std::string&)>& asked) {
   const auto start = Clock::now();
