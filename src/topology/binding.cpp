@@ -9,7 +9,6 @@
 #include <cstring>
 #include <memory>
 
-#include "base/parse.hpp"
 #include "core/env_names.hpp"
 #include "core/error.hpp"
 #include "topology/cpu_split.hpp"
