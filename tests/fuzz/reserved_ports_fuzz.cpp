@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           if (ranges[i].first == 0 || ranges[i].last < ranges[i].first) std::abort();
           if (i > 0 && ranges[i].first <= ranges[i - 1].last) std::abort();
         }
-        if (ddp::choose_master_port(std::nullopt, text, 1, 2, range).port != ranges[0].first) std::abort();
+        if (ddp::choose_master_port(std::nullopt, text, 1, 2, range).number != ranges[0].first) std::abort();
         break;
       }
       case 1: {
@@ -38,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         // A job key as the environment holds it: the derived port stays inside the range, whatever the text.
         const uint32_t step = size > 1 ? data[1] : 0;
         if (!range.contains(ddp::hashed_port(4711, step, range, text))) std::abort();
-        if (!range.contains(ddp::choose_master_port(std::nullopt, "", 4711, step, range, text).port)) std::abort();
+        if (!range.contains(ddp::choose_master_port(std::nullopt, "", 4711, step, range, text).number)) std::abort();
       }
     }
   } catch (const ddp::Error&) {
