@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/parse.hpp"
+#include "core/env_names.hpp"
 #include "core/error.hpp"
 #include "dispatch.h"
 #include "plugin_state.hpp"
@@ -84,6 +85,14 @@ void give_job_identity() {
   if (instance) give(ddp::kJobInstanceCarrier, ddp::kJobInstanceVariable, *instance);
 }
 
+// The admin's remember_bad_nodes=no reaches ddp-restart in the job's batch script the way the job's key does: in the
+// environment sbatch hands the job, under its own name and its job-control name (which --export=NONE keeps).
+void give_restart_settings() {
+  if (state().config.remember_bad_nodes) return;
+  setenv(ddp::vars::kRememberBadNodes, "0", 1);
+  setenv(ddp::vars::kRememberBadNodesCarrier, "0", 1);
+}
+
 // srun, sbatch or salloc refuses the request. Slurm ignores a failing callback of a plugin that plugstack.conf
 // loads as "optional", so the refusal ends the process itself (as Slurm's own "post-option processing failed"
 // does for a required plugin): the request never runs without what it asked for.
@@ -133,6 +142,7 @@ extern "C" int ddp_spank_init_post_opt(spank_t sp, int, char**) {
     if (!state().options.enabled) return 0;
     if (state().failure) refuse(state().failure->message);
     give_job_identity();
+    give_restart_settings();
     if (spank_context() == S_CTX_LOCAL) {
       set_kill_on_bad_exit(sp);
       refuse_container_without_task_env();

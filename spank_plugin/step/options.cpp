@@ -127,6 +127,11 @@ void set_snapshot_dir_timeout(Config& config, std::string_view value) {
   config.snapshot_dir_timeout = std::chrono::seconds(require_uint(value, 1, 3600, "snapshot_dir_timeout"));
 }
 
+void set_remember_bad_nodes(Config& config, std::string_view value) {
+  if (value != "yes" && value != "no") throw Error("not yes or no");
+  config.remember_bad_nodes = value == "yes";
+}
+
 void set_cleanenv(Config& config, std::string_view value) {
   const auto mode = cleanenv_named(value);
   if (!mode) throw Error("unknown cleanenv mode");
@@ -188,6 +193,11 @@ const std::vector<ConfigKey>& config_key_table() {
        "default `--ddp-cleanenv`: `apptainer` where users run `apptainer exec --cleanenv` (the variables also as "
        "`APPTAINERENV_` names), `singularity` for `SINGULARITYENV_` names",
        "apptainer|singularity|off: --ddp-cleanenv's default", set_cleanenv},
+      {"remember_bad_nodes", "yes", nullptr,
+       "whether `ddp-restart` adds a node that failed a step to the job's `ExcNodeList` when it requeues the job, so "
+       "that no later allocation of the job lands there; `no` sets `DDP_REMEMBER_BAD_NODES=0` in `sbatch --ddp` and "
+       "`salloc --ddp` jobs",
+       "yes|no: whether ddp-restart remembers failed nodes across requeues", set_remember_bad_nodes},
   };
   return keys;
 }

@@ -73,6 +73,7 @@ struct Config {
   std::string topology_cache = "/run/slurm-ddp";          // per-boot export of the system's topology; empty: none
   std::chrono::milliseconds snapshot_dir_timeout{30000};  // each wait for the snapshot or log directory
   CleanEnv cleanenv = CleanEnv::Off;                      // --ddp-cleanenv's default
+  bool remember_bad_nodes = true;  // ddp-restart leaves a node that failed a step out of the job's later allocations
 };
 
 // One plugstack.conf key. config_key_table() is the only list of them: parse_config reads it, and

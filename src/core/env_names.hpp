@@ -47,6 +47,11 @@ inline constexpr char kCpuBind[] = "DDP_CPU_BIND";
 inline constexpr char kLogDir[] = "DDP_LOG_DIR";
 inline constexpr char kMaxRestartsRequest[] = "DDP_MAX_RESTARTS";
 inline constexpr char kRestartAttempt[] = "DDP_RESTART_ATTEMPT";
+// ddp-restart's switch for failed nodes left out after a requeue; ddp.so sets it to 0 in a job it starts where the
+// admin turned that off (plugstack key remember_bad_nodes=no), also under its job-control name, which --export=NONE
+// keeps.
+inline constexpr char kRememberBadNodes[] = "DDP_REMEMBER_BAD_NODES";
+inline constexpr char kRememberBadNodesCarrier[] = "SLURM_SPANK_DDP_REMEMBER_BAD_NODES";
 
 // What srun --ddp sets in a task (task_env.hpp, step_logs.hpp, container.hpp), in the order of docs/plugin.md's table;
 // each unless its row there says when not. The binding's variables (binding.hpp) are listed with the binding.

@@ -4,6 +4,7 @@
 # - one rank killed mid-run: the step fails, ddp-restart logs the node and exit code and starts it again, training
 #   resumes from the newest snapshot, and the final model equals the uninterrupted run's, bit for bit;
 # - a step smaller than the allocation: the failed node is left out of the next attempt;
+# - a one-node job whose node failed: the node is left out of the job's allocations after its requeue;
 # - the preemption signal (USR2 to the batch shell, as --signal=B:USR2@T sends it): a snapshot appears within the
 #   grace time, the job requeues itself, resumes where it stopped and ends with the same final model;
 # - preemption by SIGTERM, as Slurm preempts a job with GraceTime (SIGCONT and SIGTERM to the job's steps, not to the
@@ -46,6 +47,31 @@ out=$(job_output "$TEST_DIR/spare" "$spare")
 assert_contains "$out" "ddp-restart: leaving out node1: the allocation has spare nodes" "the failed node is left out"
 assert_eq $'node1\nnode2' "$(sed -n 's/^ddp: rank 0 on \(node[12]\) .*/\1/p' <<<"$out")" "attempts on node1, then node2"
 assert_match "$out" "Resuming training from snapshot at Epoch (31|41|51)[^0-9]" "resumed on the spare node"
+
+# A bad node remembered: a one-node job whose node fails a step restarts there (no spare), and once asked to stop it
+# requeues with that node in its ExcNodeList, so that its next allocation is the other node.
+remembered=$(submit_template multi-node.sbatch "$TEST_DIR/remembered" "${TRAINING[@]}" DDP_TRAIN="$injector" \
+  REAL_TRAIN="$STAGED_TRAIN" KILL_RANK=0 KILL_WHEN="snapshot-e000031-*.pt" KILL_LISTING="$TEST_DIR/remembered/listing" \
+  -- --nodes=1 --cpus-per-task=2 --ddp-verbose)
+end=$((SECONDS + 180))
+until job_output "$TEST_DIR/remembered" "$remembered" | grep -q '^Resuming training from snapshot at Epoch'; do
+  [ "$SECONDS" -lt "$end" ] ||
+    fail "job $remembered did not restart after its failure: $(job_output "$TEST_DIR/remembered" "$remembered")"
+  sleep 0.1
+done
+run_on_cluster scancel --batch --signal=USR2 "$remembered"
+expect_completed "$TEST_DIR/remembered" "$remembered" 240
+out=$(job_output "$TEST_DIR/remembered" "$remembered")
+grep -E '^ddp(-restart)?: ' <<<"$out" || true
+bad=$(sed -n 's/^ddp-restart: attempt 1 failed with exit code [0-9]*; first to fail: \(node[12]\) .*/\1/p' <<<"$out" | head -n 1)
+[ -n "$bad" ] || fail "no failed node named: $out"
+good=$([ "$bad" = node1 ] && echo node2 || echo node1)
+assert_contains "$out" "ddp-restart: job $remembered leaves out $bad from now on, after this requeue too (ExcNodeList=$bad)" \
+  "the failed node is remembered at the requeue"
+assert_match "$(run_on_cluster scontrol show job "$remembered")" "ExcNodeList=$bad([[:space:]]|$)" "Slurm kept the list"
+assert_eq "$bad $bad $good" "$(sed -n 's/^ddp: rank 0 on \(node[12]\) .*/\1/p' <<<"$out" | paste -sd' ')" \
+  "attempts on the failed node until the requeue, then on the other"
+assert_eq 1 "$(grep -c '^ddp-restart: attempt 1 failed' <<<"$out")" "one failure, in the first allocation"
 
 # %x-%j: the requeued job (same id) finds the directory the plugin made for it before.
 preempted=$(submit_template multi-node.sbatch "$TEST_DIR/preempted" "${TRAINING[@]}" \
@@ -108,4 +134,4 @@ assert_match "$(run_on_cluster scontrol show job "$terminated")" "Restarts=1 " "
 stopped_at=$(sed -n 's/^\[CPU0\] Stopped at epoch \([0-9]*\), batch \([0-9]*\).*/\1 \2/p' <<<"$out" | head -n 1)
 assert_contains "$out" "Resuming training from snapshot at Epoch ${stopped_at% *} " "resumed at the step where it stopped"
 assert_same_models "$TEST_DIR/baseline/finalmodel.pt" "$TEST_DIR/terminated/finalmodel.pt"
-pass "killed rank restarted, failed node left out, and jobs preempted by USR2 and by SIGTERM requeued, all resumed to the uninterrupted run's model"
+pass "killed rank restarted, failed node left out (also after a requeue), and jobs preempted by USR2 and by SIGTERM requeued, all resumed to the uninterrupted run's model"

@@ -1,10 +1,13 @@
 #!/bin/bash
 # Fault injection for the restart tests, used as the templates' DDP_TRAIN: runs REAL_TRAIN (ddp-train) with the
-# task's arguments. In the first attempt of the job (TORCHELASTIC_RESTART_COUNT 0), the task of rank KILL_RANK
+# task's arguments. In the first attempt of the job's first allocation (TORCHELASTIC_RESTART_COUNT 0, and
+# SLURM_RESTART_COUNT 0 or unset: a requeued job starts its attempts again), the task of rank KILL_RANK
 # kills its ddp-train with SIGKILL (KILL_SIGNAL: another signal, e.g. STOP for a hung rank) as soon as a file matching
 # KILL_WHEN (a glob) appears in the snapshot directory, and writes the directory's listing at that moment to KILL_LISTING.
 set -u
-if [ "$RANK" != "$KILL_RANK" ] || [ "$TORCHELASTIC_RESTART_COUNT" != 0 ]; then exec "$REAL_TRAIN" "$@"; fi
+if [ "$RANK" != "$KILL_RANK" ] || [ "$TORCHELASTIC_RESTART_COUNT" != 0 ] || [ "${SLURM_RESTART_COUNT:-0}" != 0 ]; then
+  exec "$REAL_TRAIN" "$@"
+fi
 "$REAL_TRAIN" "$@" &
 train=$!
 shopt -s nullglob dotglob

@@ -119,6 +119,15 @@ TEST(Options, CleanEnvNamesTheRuntimesPrefix) {
   EXPECT_THROW(parse_config({"cleanenv=yes"}, "f"), Error);
 }
 
+TEST(Config, RememberBadNodesIsYesUnlessTheAdminSaysNo) {
+  EXPECT_TRUE(parse_config({}, "f").remember_bad_nodes);
+  EXPECT_TRUE(parse_config({"remember_bad_nodes=yes"}, "f").remember_bad_nodes);
+  EXPECT_FALSE(parse_config({"remember_bad_nodes=no"}, "f").remember_bad_nodes);
+  const std::string message = error_of([] { parse_config({"remember_bad_nodes=off"}, "/etc/slurm/plugstack.conf"); });
+  EXPECT_NE(message.find("remember_bad_nodes=off"), std::string::npos) << message;
+  EXPECT_NE(message.find("yes|no"), std::string::npos) << message;
+}
+
 TEST(Options, EveryOptionIsNamedAndDocumented) {
   for (const OptionSpec& spec : option_table()) {
     EXPECT_EQ(std::string(spec.name).rfind("ddp", 0), 0u) << spec.name;

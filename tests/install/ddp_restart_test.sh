@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sbatch_templates/ddp-restart against a stand-in srun, scontrol, squeue, scancel and ddp-why (no Slurm needed; each
+# sbatch_templates/ddp-restart against a stand-in srun, scontrol, squeue, sinfo, scancel and ddp-why (no Slurm needed; each
 # case takes well under a second, a replacement whose step is not found five): stop requests (SIGUSR2, SIGTERM, exit
 # status 75) requeue the job, a cancelled job stays cancelled, a request between attempts starts no further attempt,
 # SIGTERM reaches the tasks as SIGUSR2 (srun turns its own SIGTERM into SIGKILL of the tasks), srun is told to ignore
@@ -70,8 +70,14 @@ EOF
 cat >"$BIN/scontrol" <<'EOF'
 #!/usr/bin/env bash
 case "$1 ${2:-}" in
-  "show job") echo "JobId=$3 JobName=t UserId=u(1) JobState=${FAKE_JOB_STATE:-RUNNING} Reason=${FAKE_REASON:-None} Dependency=(null) Restarts=0" ;;
-  "show hostnames") echo node1; echo node2 ;;
+  "show job")
+    excluded=$(cat "$FAKE_DIR/excluded" 2>/dev/null || echo "${FAKE_EXCLUDED:-(null)}")
+    echo "JobId=$3 JobName=t UserId=u(1) JobState=${FAKE_JOB_STATE:-RUNNING} Reason=${FAKE_REASON:-None} Dependency=(null) Restarts=0 ReqNodeList=(null) ExcNodeList=$excluded" ;;
+  "show hostnames")  # node[1-2] or a comma list
+    case "$3" in "node[1-2]") echo node1; echo node2 ;; *) tr ',' '\n' <<<"$3" ;; esac ;;
+  "update "*)  # JobId=42 ExcNodeList=LIST: refused unless the job is pending (FAKE_UPDATE_STATE)
+    if [ "${FAKE_UPDATE_STATE:-PENDING}" != PENDING ]; then echo "Job is no longer pending execution for job 42" >&2; exit 1; fi
+    echo "${3#ExcNodeList=}" >"$FAKE_DIR/excluded" ;;
   "show step")  # one line per step (-o), as 22.05 to 26.05 print it; none with FAKE_NO_STEPS
     [ -z "${FAKE_NO_STEPS:-}" ] || exit 0
     for file in "$FAKE_DIR"/steps/*; do
@@ -82,6 +88,11 @@ case "$1 ${2:-}" in
     done ;;
   "requeue "*) echo "$2" >>"$FAKE_DIR/requeued" ;;
 esac
+EOF
+# sinfo -N -o %N: the partition's nodes, one line per node and partition (FAKE_PARTITION_NODES, else node1 to node4).
+cat >"$BIN/sinfo" <<'EOF'
+#!/usr/bin/env bash
+for node in ${FAKE_PARTITION_NODES:-node1 node2 node3 node4}; do echo "$node"; done
 EOF
 # squeue -s: the job's running steps ("%i" or "%i %N"), all on node1.
 cat >"$BIN/squeue" <<'EOF'
@@ -111,7 +122,8 @@ case_dir() {  # NAME: a fresh directory for one case's files
   export FAKE_DIR
 }
 restart() {  # starts ddp-restart in the background (after $LAUNCH); sets pid; output in $FAKE_DIR/out and err
-  PATH="$BIN:$PATH" SLURM_JOB_ID=42 SLURM_JOB_NODELIST="node[1-2]" DDP_WHY="$BIN/ddp-why" \
+  PATH="$BIN:$PATH" SLURM_JOB_ID=42 SLURM_JOB_NODELIST="node[1-2]" SLURM_JOB_NUM_NODES=2 SLURM_JOB_PARTITION=debug \
+    DDP_WHY="$BIN/ddp-why" \
     ${LAUNCH:-} "$RESTART" --max-restarts "${MAX_RESTARTS:-1}" -- srun -N1 program "$@" >"$FAKE_DIR/out" 2>"$FAKE_DIR/err" &
   pid=$!
 }
@@ -233,4 +245,45 @@ for how in scancel kill; do
     "$(python3 -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.1f}")' \
       "$(cat "$FAKE_DIR/fallback")" "$(cat "$FAKE_DIR/next-attempt")") s"
 done
+# Bad nodes remembered: a stop request after a failed attempt requeues the job with the failed node added to the
+# ExcNodeList it had (the user's own node3 kept), so no later allocation lands there.
+case_dir remembered
+FAKE_SRUN=fail FAKE_WHY_SIGNAL=USR2 FAKE_EXCLUDED=node3 restart
+finish
+[ "$status" = 0 ] || fail "remembered: exit status $status: $(cat "$FAKE_DIR/err")"
+expect "$FAKE_DIR/requeued" "42" "remembered: requeued"
+expect "$FAKE_DIR/excluded" "node1,node3" "remembered: ExcNodeList"
+expect "$FAKE_DIR/err" "job 42 leaves out node1 from now on, after this requeue too (ExcNodeList=node1,node3)" \
+  "remembered"
+
+# Turned off: the node stays in, and the output says why.
+case_dir remember-off
+FAKE_SRUN=fail FAKE_WHY_SIGNAL=USR2 DDP_REMEMBER_BAD_NODES=0 restart
+finish
+[ ! -e "$FAKE_DIR/excluded" ] || fail "remember-off: ExcNodeList became $(cat "$FAKE_DIR/excluded")"
+expect "$FAKE_DIR/err" "not leaving node1 out of job 42's later allocations: DDP_REMEMBER_BAD_NODES=0" "remember-off"
+
+# A list that would leave the partition fewer nodes than the job's two: the node stays in, named with the fix.
+case_dir remember-all
+FAKE_SRUN=fail FAKE_WHY_SIGNAL=USR2 FAKE_PARTITION_NODES="node1 node2" restart
+finish
+[ ! -e "$FAKE_DIR/excluded" ] || fail "remember-all: ExcNodeList became $(cat "$FAKE_DIR/excluded")"
+expect "$FAKE_DIR/err" "not leaving node1 out of job 42's later allocations: partition debug would have fewer than the job's 2 nodes; drain node1" \
+  "remember-all"
+
+# Slurm ends the job (scancel or scontrol requeue, both COMPLETING): a cancelled job, no longer pending, is passed
+# over without a word; a requeued one, pending again, gets the node in its list.
+for how in cancelled requeued; do
+  case_dir "remember-$how"
+  FAKE_SRUN=fail FAKE_WHY_SIGNAL=TERM FAKE_JOB_STATE=COMPLETING \
+    FAKE_UPDATE_STATE=$([ "$how" = requeued ] && echo PENDING || echo COMPLETING) restart
+  finish
+  if [ "$how" = requeued ]; then
+    expect "$FAKE_DIR/excluded" "node1" "remember-requeued: ExcNodeList"
+  else
+    [ ! -e "$FAKE_DIR/excluded" ] || fail "remember-cancelled: ExcNodeList became $(cat "$FAKE_DIR/excluded")"
+    expect_not "$FAKE_DIR/err" "could not leave" "remember-cancelled: a cancelled job is passed over"
+  fi
+done
+
 echo "ddp_restart_test: every case passed"
