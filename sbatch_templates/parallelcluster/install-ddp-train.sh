@@ -106,13 +106,10 @@ build() {
     json=(-DCMAKE_PREFIX_PATH="$build_dir/bundled/usr")
   fi
   say "building ddp-train against LibTorch $torch_version ($torch_dir), C++$standard"
-  # Through ccache where the head node has it: an upgrade then compiles only the sources that changed.
-  local launcher=()
-  ! command -v ccache >/dev/null || launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   # MPI and ddp-doctor stay out: the Gloo and NCCL backends are what ddp-train uses under srun --ddp here.
   log=$(cmake -S "$SOURCE" -B "$build_dir/tree" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=$standard \
     -DDDP_BUILD_PLUGIN=OFF -DBUILD_TESTING=OFF -DDDP_BUILD_DOCTOR=OFF -DDDP_UNITY_BUILD=ON \
-    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DTorch_DIR="$torch_dir" "${json[@]}" "${launcher[@]}" 2>&1) ||
+    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DTorch_DIR="$torch_dir" "${json[@]}" 2>&1) ||
     { tail -n 20 <<<"$log" >&2; die "configuring ddp-train failed (above); nothing was installed"; }
   log=$(cmake --build "$build_dir/tree" --target ddp-train -j "$(nproc)" 2>&1) ||
     { tail -n 30 <<<"$log" >&2; die "building ddp-train failed (above); nothing was installed"; }

@@ -76,11 +76,9 @@ command -v cmake >/dev/null && fail "the head node has cmake before the test ins
 refused "ddp-train without cmake" "missing: cmake (LibTorch's package is a CMake one): apt-get install -y cmake" \
   "$SUM" --ddp-train-python /usr/bin/python3 "${ARGS[@]}"
 
-# The fix the line names (offline: the root's apt cache holds cmake), with ccache, which the ddp-train build uses
-# where it is (an upgrade, upgrade.sh, then compiles only what changed), then the install: ccache's cache is empty, so
-# this build is as cold as an admin's first.
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends cmake ccache >/dev/null ||
-  fail "apt-get install cmake ccache from the root's cache failed"
+# The fix the line names (offline: the root's apt cache holds cmake), then the install.
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends cmake >/dev/null ||
+  fail "apt-get install cmake from the root's cache failed"
 start=$SECONDS
 action "$SUM" --ddp-train-python /usr/bin/python3 "${ARGS[@]}" >"$TEST_DIR/install.log" 2>&1 ||
   fail "the action after the fixes: $(tail -n 30 "$TEST_DIR/install.log")"

@@ -23,8 +23,7 @@
 #   python3-torch with its LibTorch headers stands in for a pip or conda PyTorch (whose wheel has Gloo's headers
 #   inside; Debian's are libgloo-dev's).
 # - DOWNLOADED_PACKAGES: fetched into apt's cache, not installed: the leg installs cmake offline after the action
-#   named it as missing for ddp-train (the fix an admin runs, then the rerun), and ccache with it, which the
-#   action's ddp-train build uses where the head node has it (an upgrade then compiles only what changed).
+#   named it as missing for ddp-train (the fix an admin runs, then the rerun).
 set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,7 +38,7 @@ readonly AMI_PACKAGES=(gcc g++ make libc6-dev binutils libhwloc-dev python3 curl
 readonly STANDIN_PACKAGES=(libpmix-dev libjwt-dev libmunge-dev munge libjson-c-dev libhttp-parser-dev libyaml-dev
   libmariadb-dev-compat liblua5.3-dev perl)
 readonly TEST_PACKAGES=(util-linux procps psmisc python3-torch libtorch-dev libgloo-dev libopenblas0-pthread)
-readonly DOWNLOADED_PACKAGES=(cmake ccache)
+readonly DOWNLOADED_PACKAGES=(cmake)
 
 say() { echo "pcluster.sh: $*" >&2; }
 die() { say "error: $*"; exit 1; }
