@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# sbatch_templates/ddp-restart against a stand-in srun, scontrol, squeue, sinfo, scancel and ddp-why (no Slurm needed; each
-# case takes well under a second, a replacement whose step is not found five): stop requests (SIGUSR2, SIGTERM, exit
-# status 75) requeue the job, a cancelled job stays cancelled, a request between attempts starts no further attempt,
-# SIGTERM reaches the tasks as SIGUSR2 (srun turns its own SIGTERM into SIGKILL of the tasks), srun is told to ignore
-# SIGTERM where it can, srun's output keeps flowing after the SIGTERM that Slurm sends the whole batch step, a task
-# that prints an "srun: error:" line of its own does not decide which node failed, and a replacement still waiting
-# to join when its step fell back is ended at once. (tests/cluster/fault_tolerance.sh and recover_in_place.sh run
-# ddp-restart on a real Slurm.)
+# sbatch_templates/ddp-restart against a stand-in srun, scontrol, squeue, sinfo, scancel and ddp-why (no Slurm
+# needed; each case takes well under a second, a replacement whose step is not found five): stop requests (SIGUSR2,
+# SIGTERM, exit status 75) requeue the job, a cancelled job stays cancelled, a request between attempts starts no
+# further attempt, SIGTERM reaches the tasks as SIGUSR2 (srun turns its own SIGTERM into SIGKILL of the tasks), srun
+# is told to ignore SIGTERM where it can, srun's output keeps flowing after the SIGTERM that Slurm sends the whole
+# batch step, a task that prints an "srun: error:" line of its own does not decide which node failed, a replacement
+# still waiting to join when its step fell back is ended at once, and the nodes that failed a step join the job's
+# ExcNodeList when it is requeued. (tests/cluster/fault_tolerance.sh and recover_in_place.sh run ddp-restart on a
+# real Slurm.)
 set -euo pipefail
 RESTART=$(cd "$(dirname "$0")/../../sbatch_templates" && pwd)/ddp-restart
 WORK=$(mktemp -d)
