@@ -331,41 +331,23 @@ build_lane() {  # STATE
 }
 
 # The suites of the pipeline, each once its build is ready: NAME and the command that runs it.
-# A stack's whole suite runs as two, side by side: its real-cluster and install tests (one test cluster per machine or
-# root, one test at a time), and the rest (unit, runtime, doctor, fuzz, docs), which need no cluster. So the second
-# lane works while the roots are made and built instead of waiting for them, and no stack's suite alone, run from end
-# to end in one lane, decides when the run ends.
-readonly CLUSTER_TESTS='^(cluster_|install\.)'
 declare -A SUITE_RUN=()
 SUITE_ORDER=()
 plan_suites() {  # CTEST ARGS...
   local s
-  if [ $# -gt 0 ]; then  # a chosen part of the suite: each stack's as one
-    for s in $(pipeline_stacks); do
-      SUITE_ORDER+=("$s")
-      SUITE_RUN[$s]="in_root $s ./run.sh __test $(printf '%q ' "$@")"
-    done
-    return 0
-  fi
   for s in $(pipeline_stacks); do
-    SUITE_ORDER+=("$s-cluster" "$s-units")
-    SUITE_RUN[$s-cluster]="in_root $s ./run.sh __test -R $(printf %q "$CLUSTER_TESTS")"
-    SUITE_RUN[$s-units]="in_root $s ./run.sh __test -E $(printf %q "$CLUSTER_TESTS")"
+    SUITE_ORDER+=("$s")
+    SUITE_RUN[$s]="in_root $s ./run.sh __test $(printf '%q ' "$@")"
   done
-  # The ParallelCluster, sanitizer and NCCL legs, built in this order after the stacks.
+  [ $# -eq 0 ] || return 0
+  # With the whole suite only: the ParallelCluster, sanitizer and NCCL legs, built in this order after the stacks.
   SUITE_ORDER+=(pcluster sanitizer nccl)
   SUITE_RUN[pcluster]="pcluster_test"
   SUITE_RUN[sanitizer]="sanitizer_tests"
   SUITE_RUN[nccl]="in_root debian13 ./run.sh __nccl_test"
 }
 
-build_of() {
-  case $1 in
-    sanitizer) echo build-sanitizer ;; nccl) echo build-nccl ;; pcluster) echo build-pcluster ;;
-    *-cluster | *-units) echo "build-${1%-*}" ;;
-    *) echo "build-$1" ;;
-  esac
-}
+build_of() { case $1 in sanitizer) echo build-sanitizer ;; nccl) echo build-nccl ;; pcluster) echo build-pcluster ;; *) echo "build-$1" ;; esac; }
 
 # Runs the suites, at most DDP_TEST_LANES at once; each one's output is printed whole when it ends.
 # Sets SUITES_FAILED.

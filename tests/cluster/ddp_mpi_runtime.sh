@@ -41,16 +41,14 @@ assert_same_models "$TEST_DIR/gloo/final.pt" "$TEST_DIR/mpi/final.pt" close
 # the survivor's watchdog, which watches its peer's pidfd (rank 0's message), or OpenMPI, whichever sees it first.
 log=$TEST_DIR/killed.log
 install -d -o "$DDP_CLUSTER_USER" "$TEST_DIR/killed"
-# A run that would outlast the test's search for its rank 1 also on an idle machine (1000 epochs once ended in 24 s,
-# before a search slowed by a busy one had found the rank, and the test killed a rank that had finished), in an
-# allocation that Slurm ends after 3 minutes and that the test cancels when it ends: an srun killed with the test
-# (CTest's timeout) would otherwise leave it running.
+# A run that ends by itself within a minute or two, in an allocation that Slurm ends after 3 minutes and that the test
+# cancels when it ends: an srun killed with the test (CTest's timeout) would otherwise leave it running.
 name=ddp-mpi-killed-$$
 # shellcheck disable=SC2016  # expanded at exit
 on_exit 'run_on_cluster scancel --name="$name" >/dev/null 2>&1 || true'
 run_on_cluster timeout 120 srun -t 3 -J "$name" -N1 -n2 --kill-on-bad-exit=0 --mpi=pmix --ddp=mpi "$STAGED_TRAIN" \
   --timeout 600 --snapshot-dir "$TEST_DIR/killed" --output "$TEST_DIR/killed/final.pt" --workload mlp --width 64 \
-  100000 0 >"$log" 2>&1 &
+  1000 0 >"$log" 2>&1 &
 step=$!
 end=$((SECONDS + 100))
 until grep -q '^Epoch 1 | Loss' "$log"; do
