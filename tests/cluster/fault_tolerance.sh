@@ -53,12 +53,8 @@ assert_match "$out" "Resuming training from snapshot at Epoch (31|41|51)[^0-9]" 
 remembered=$(submit_template multi-node.sbatch "$TEST_DIR/remembered" "${TRAINING[@]}" DDP_TRAIN="$injector" \
   REAL_TRAIN="$STAGED_TRAIN" KILL_RANK=0 KILL_WHEN="snapshot-e000031-*.pt" KILL_LISTING="$TEST_DIR/remembered/listing" \
   -- --nodes=1 --cpus-per-task=2 --ddp-verbose)
-end=$((SECONDS + 180))
-until job_output "$TEST_DIR/remembered" "$remembered" | grep -q '^Resuming training from snapshot at Epoch'; do
-  [ "$SECONDS" -lt "$end" ] ||
-    fail "job $remembered did not restart after its failure: $(job_output "$TEST_DIR/remembered" "$remembered")"
-  sleep 0.1
-done
+await_job_output "$TEST_DIR/remembered" "$remembered" '^Resuming training from snapshot at Epoch' 180 \
+  "no restart after its failure"
 run_on_cluster scancel --batch --signal=USR2 "$remembered"
 expect_completed "$TEST_DIR/remembered" "$remembered" 240
 out=$(job_output "$TEST_DIR/remembered" "$remembered")
@@ -76,18 +72,9 @@ assert_eq 1 "$(grep -c '^ddp-restart: attempt 1 failed' <<<"$out")" "one failure
 # %x-%j: the requeued job (same id) finds the directory the plugin made for it before.
 preempted=$(submit_template multi-node.sbatch "$TEST_DIR/preempted" "${TRAINING[@]}" \
   SNAPSHOT_DIR="$TEST_DIR/preempted/snapshots/%x-%j" -- --cpus-per-task=2)
-end=$((SECONDS + 120))
-until job_output "$TEST_DIR/preempted" "$preempted" | grep -q '^Epoch 20 | Loss'; do
-  [ "$SECONDS" -lt "$end" ] || fail "job $preempted did not reach epoch 20: $(job_output "$TEST_DIR/preempted" "$preempted")"
-  sleep 0.1
-done
+await_job_output "$TEST_DIR/preempted" "$preempted" '^Epoch 20 | Loss' 120 "epoch 20 not reached"
 run_on_cluster scancel --batch --signal=USR2 "$preempted"
-signalled=$SECONDS
-until job_output "$TEST_DIR/preempted" "$preempted" | grep -q 'Stopped at epoch'; do
-  [ $((SECONDS - signalled)) -lt "$GRACE_SECONDS" ] ||
-    fail "no snapshot within $GRACE_SECONDS s of USR2: $(job_output "$TEST_DIR/preempted" "$preempted")"
-  sleep 0.1
-done
+await_job_output "$TEST_DIR/preempted" "$preempted" 'Stopped at epoch' "$GRACE_SECONDS" "no snapshot after USR2"
 stop_snapshot=$(job_output "$TEST_DIR/preempted" "$preempted" | sed -n 's/.*Training snapshot saved at //p' | tail -n 1)
 # The run: the job id and the instance sbatch --ddp gave the job (DDP_JOB_INSTANCE), which the requeue keeps.
 assert_match "$stop_snapshot" "/preempted/snapshots/ddp-multi-node-$preempted/snapshot-e[0-9]{6}-s[0-9]{12}-r$preempted-[0-9a-f]{12}\\.pt$" \
@@ -104,12 +91,7 @@ assert_same_models "$TEST_DIR/baseline/finalmodel.pt" "$TEST_DIR/preempted/final
 terminated=$(submit_template multi-node.sbatch "$TEST_DIR/terminated" "${TRAINING[@]}" \
   SNAPSHOT_DIR="$TEST_DIR/terminated/snapshots/%x-%j" -- --cpus-per-task=2)
 # Epoch 25: the last periodic snapshot (SAVE_EVERY=10) is then 4 epochs old, at the start of epoch 21.
-end=$((SECONDS + 120))
-until job_output "$TEST_DIR/terminated" "$terminated" | grep -q '^Epoch 25 | Loss'; do
-  [ "$SECONDS" -lt "$end" ] ||
-    fail "job $terminated did not reach epoch 25: $(job_output "$TEST_DIR/terminated" "$terminated")"
-  sleep 0.1
-done
+await_job_output "$TEST_DIR/terminated" "$terminated" '^Epoch 25 | Loss' 120 "epoch 25 not reached"
 run_on_cluster scancel --signal=TERM "$terminated"
 # Epochs the run had finished when the signal was sent (its loss lines, 0-based): none of them may be lost.
 finished=$(($(job_output "$TEST_DIR/terminated" "$terminated" | sed -n 's/^Epoch \([0-9]*\) | Loss.*/\1/p' | tail -n 1) + 1))

@@ -36,6 +36,16 @@ submit_template() {
 # job_output DIR JOBID: the job's output file (the templates write %x-%j.out into their working directory).
 job_output() { cat "$1"/*-"$2".out 2>/dev/null; }
 
+# await_job_output DIR JOBID PATTERN SECONDS WHAT: waits until a line of the job's output matches PATTERN (grep's basic
+# regular expression); after SECONDS fails saying that WHAT did not happen, with the output.
+await_job_output() {
+  local dir=$1 job=$2 pattern=$3 seconds=$4 what=$5 end=$((SECONDS + $4))
+  until job_output "$dir" "$job" | grep -q -- "$pattern"; do
+    [ "$SECONDS" -lt "$end" ] || fail "job $job: $what within $seconds s: $(job_output "$dir" "$job")"
+    sleep 0.1
+  done
+}
+
 # ddp_train_pids [!]NAME=VALUE...: the job user's ddp-train processes, oldest first (every node's processes are this
 # machine's), whose environment holds each NAME=VALUE given and no !NAME=VALUE. Each environment is read whole before
 # it is searched: in `tr | grep -q` under pipefail, grep's early exit can fail tr, and a process is missed.
