@@ -33,6 +33,8 @@ inline constexpr char kNcclDebugInfoTempFile[] = "TORCH_NCCL_DEBUG_INFO_TEMP_FIL
 // The socket interfaces of NCCL and Gloo (binding.hpp sets them, the doctor and the launch read them).
 inline constexpr char kNcclSocketIfname[] = "NCCL_SOCKET_IFNAME";
 inline constexpr char kGlooSocketIfname[] = "GLOO_SOCKET_IFNAME";
+// The RDMA devices NCCL may use: the same on every rank (ddp-doctor's job.nccl_ib_hca).
+inline constexpr char kNcclIbHca[] = "NCCL_IB_HCA";
 // slurm-ddp's own.
 inline constexpr char kBackend[] = "DDP_BACKEND";
 inline constexpr char kSnapshotDir[] = "DDP_SNAPSHOT_DIR";

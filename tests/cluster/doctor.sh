@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ddp-doctor across the two nodes under srun --ddp: a healthy run passes (its bandwidth and latency figures on the
 # veth network are printed, not asserted); a node-private snapshot directory, an interface that is down on one
-# node, and a master port that one node cannot reach are each a FAIL with the reason and exit status 1.
+# node, a master port that one node cannot reach, and a node whose ephemeral port range and NCCL_IB_HCA differ from
+# the other's are each a FAIL with the reason and exit status 1.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -97,4 +98,28 @@ seen_by_rank0 = sorted(rank for rank, value, _ in failed if value == 'never conn
 own = sorted(rank for rank, _, detail in failed if 'cannot reach rank 0 at node1:1 within 3 s' in detail)
 assert seen_by_rank0 == [2, 3] and own == [2, 3], failed
 "
-pass "healthy run passes; node-private directory, interface down, unreachable port each FAIL"
+# --- node2 differs from node1 where a job needs them alike: its ephemeral port range holds MASTER_PORT (given with
+# --ddp-port: srun --ddp refuses a derived port_range that overlaps a node's range before the doctor could run) and
+# its ranks see another NCCL_IB_HCA; rank 0 names node2 in job.port_range and job.nccl_ib_hca ---------------------
+range=$(on_node node2 cat /proc/sys/net/ipv4/ip_local_port_range)
+on_exit "on_node node2 sh -c 'echo \"$range\" >/proc/sys/net/ipv4/ip_local_port_range'"
+on_node node2 sh -c 'echo "1024 65000" >/proc/sys/net/ipv4/ip_local_port_range'
+cat >"$TEST_DIR/node_hca.sh" <<EOF
+#!/bin/sh
+# node2's ranks are given another HCA than node1's
+if [ "\$NODE_RANK" = 1 ]; then export NCCL_IB_HCA=mlx5_1; else export NCCL_IB_HCA=mlx5_0; fi
+exec $doctor "\$@"
+EOF
+chmod 0755 "$TEST_DIR/node_hca.sh"
+doctor_fails "node2 unlike node1" "${STEP[@]}" --ddp-port=12001 --ddp-keep-going "${PER_TASK[@]}" "$TEST_DIR/node_hca.sh" \
+  "${QUICK[@]}" --json --snapshot-dir "$TEST_DIR/snap"
+on_node node2 sh -c "echo '$range' >/proc/sys/net/ipv4/ip_local_port_range"
+expect_report "$FAILED_OUTPUT" "
+ports = rows('job.port_range', 'FAIL')
+assert len(ports) == 1 and ports[0][1] == 'inside on node2', ports
+assert 'MASTER_PORT 12001 is inside net.ipv4.ip_local_port_range on node2 1024-65000' in ports[0][2], ports
+hca = rows('job.nccl_ib_hca', 'FAIL')
+assert len(hca) == 1 and hca[0][2].startswith(\"node2 has 'mlx5_1'; node1 has 'mlx5_0': \"), hca
+assert [value for _, value, _ in rows('job.master_addr', 'OK')] == ['10.77.0.1'], rows('job.master_addr', 'OK')
+"
+pass "healthy run passes; node-private directory, interface down, unreachable port, and node2 unlike node1 each FAIL"

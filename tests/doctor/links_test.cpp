@@ -31,7 +31,7 @@ TEST(Links, GradesAgainstTheGuidesMinimum) {
 TEST(Links, RingOfNodeLeadersThatCanServe) {
   std::vector<Peer> peers(6);
   for (int r = 0; r < 6; ++r)
-    peers[static_cast<size_t>(r)] = {r, "n" + std::to_string(r / 2), r % 2 == 0, "10.0.0.1", true};
+    peers[static_cast<size_t>(r)] = {r, "n" + std::to_string(r / 2), r % 2 == 0, "10.0.0.1", true, {}};
   peers[4].data_address.clear();  // its interface failed its check
   const auto pairs = ring_pairs(peers);
   ASSERT_EQ(pairs.size(), 2u);
@@ -46,7 +46,7 @@ std::vector<std::vector<CheckResult>> link_run(int world_size, std::chrono::mill
                                                const std::function<bool(int rank)>& takes_part) {
   std::vector<std::vector<CheckResult>> results(static_cast<size_t>(world_size));
   run_ranks(world_size, [&](Group& g) {
-    const Peer me{g.rank(), "host" + std::to_string(g.rank()), true, "127.0.0.1", false};
+    const Peer me{g.rank(), "host" + std::to_string(g.rank()), true, "127.0.0.1", false, {}};
     const auto peers = exchange_peers(g, me, Deadline::after(5s));
     if (!takes_part(g.rank())) {
       g.barrier("links", Deadline::after(10s));  // as if its Gloo listener were behind a firewall

@@ -25,7 +25,7 @@ TEST(SharedDir, TokensOfOtherNodesMustBeReadable) {
   write_token(elsewhere.path(), nonce, 2);
   testing::write_file(token_path(shared.path(), nonce, 3), "ddp-doctor run OLD rank 3\n");  // a stale file
   EXPECT_EQ(missing_tokens(shared.path(), nonce, {0, 1, 2, 3}, 0ms), (std::vector<int>{2, 3}));
-  std::vector<Peer> others{{2, "node3", true, "", true}};
+  std::vector<Peer> others{{2, "node3", true, "", true, {}}};
   const CheckResult result = grade_shared(shared.path(), {2}, others);
   EXPECT_EQ(result.status, Status::Fail);
   EXPECT_EQ(result.value, "0 of 1 other node(s)");
@@ -37,7 +37,7 @@ TEST(SharedDir, TokensOfOtherNodesMustBeReadable) {
 std::vector<std::vector<CheckResult>> shared_dir_run(const std::vector<std::string>& dirs) {
   std::vector<std::vector<CheckResult>> all(dirs.size());
   run_ranks(static_cast<int>(dirs.size()), [&](Group& g) {
-    const Peer me{g.rank(), "host" + std::to_string(g.rank()), true, "", true};
+    const Peer me{g.rank(), "host" + std::to_string(g.rank()), true, "", true, {}};
     const auto peers = exchange_peers(g, me, Deadline::after(5s));
     all[static_cast<size_t>(g.rank())] =
         check_shared_dir(g, peers, dirs[static_cast<size_t>(g.rank())], Deadline::after(10s));

@@ -221,7 +221,7 @@ TEST(StoreAttack, ANonceThatIsAPathNeverReachesTheFileSystem) {
   auto store = std::make_unique<StoreClient>("127.0.0.1", server.port(), Greeting{"attack", 2, 1, ""}, 2s);
   Group rank1(nullptr, std::move(store), 1, {0, 1}, "test");
   forged_rank0.set("nonce/1", "/../../../tmp/ddp-owned", Deadline::after(2s));
-  const std::vector<Peer> peers{{0, "node1", true, "", true}, {1, "node2", true, "", true}};
+  const std::vector<Peer> peers{{0, "node1", true, "", true, {}}, {1, "node2", true, "", true, {}}};
   const std::string error =
       error_of<ExchangeError>([&] { check_shared_dir(rank1, peers, snapshots.path(), Deadline::after(2s)); });
   EXPECT_TRUE(contains(error, "rank 0 sent a malformed nonce '/../../../tmp/ddp-owned'")) << error;

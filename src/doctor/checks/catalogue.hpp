@@ -74,6 +74,14 @@ struct CheckInfo {
         "--timeout")                                                                                                   \
   CHECK(kRendezvous, "net.rendezvous", RankZero,                                                                       \
         "MASTER_ADDR is an address of rank 0's node that the other nodes can use", "")                                 \
+  CHECK(kJobRdma, "job.rdma", RankZero,                                                                                \
+        "every node has the same RDMA ports: names, link layer, state, and for RoCE the GID kinds by index", "")       \
+  CHECK(kJobNcclIbHca, "job.nccl_ib_hca", RankZero, "NCCL_IB_HCA is the same on every node", "")                       \
+  CHECK(kJobInterface, "job.interface", RankZero, "every node's socket interface for Gloo and NCCL has the same name", \
+        "")                                                                                                            \
+  CHECK(kJobMasterAddr, "job.master_addr", RankZero, "MASTER_ADDR resolves to the same address on every node", "")     \
+  CHECK(kJobPortRange, "job.port_range", RankZero,                                                                     \
+        "MASTER_PORT is outside every node's ephemeral range (net.ipv4.ip_local_port_range)", "")                      \
   /* AcrossNodes. */                                                                                                   \
   CHECK(kClockOffset, "clock.offset", AcrossNodes, "each node's clock against rank 0's", "--max-clock-ms")             \
   CHECK(kStorageShared, "storage.shared", AcrossNodes, "every node sees the others' files in the snapshot directory",  \

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "base/parse.hpp"
+#include "base/port_range.hpp"
 #include "core/env_names.hpp"
 #include "doctor/checks/blas.hpp"
 #include "doctor/checks/container_check.hpp"
@@ -18,6 +19,7 @@
 #include "doctor/checks/node_speed.hpp"
 #include "doctor/checks/storage.hpp"
 #include "doctor/run/clock.hpp"
+#include "doctor/run/job_wide.hpp"
 #include "doctor/run/links.hpp"
 #include "doctor/run/shared_dir.hpp"
 
@@ -149,6 +151,13 @@ CheckResult clock_offset(Group& group, const DoctorRun& run, Deadline deadline) 
                             thresholds.fail_clock_s);
 }
 
+// Each node's facts, as its leader gave them.
+std::vector<NodeReport> node_reports(const std::vector<Peer>& peers) {
+  std::vector<NodeReport> nodes;
+  for (const Peer& peer : leaders(peers)) nodes.push_back({peer.host, peer.facts});
+  return nodes;
+}
+
 // `mine`: this rank's results so far, to which its cross-node ones are added (rank 0 adds the run's).
 void cross_checks(Group& group, const DoctorRun& run, std::vector<CheckResult>& mine, Deadline checks_done) {
   const TimeBudget budget = time_budget(run.options);
@@ -159,12 +168,15 @@ void cross_checks(Group& group, const DoctorRun& run, std::vector<CheckResult>& 
   me.leader = is_leader(run);
   me.storage_ok = passed(mine, checks::kStorageDir);
   if (passed(network.results, checks::kInterface)) me.data_address = network.info.addresses.front();
+  if (me.leader) me.facts = read_node_facts(network, run.env, node_request(run).sysfs_root, kEphemeralRangePath);
   const std::vector<Peer> peers = exchange_peers(group, me, checks_done);
 
   std::vector<CheckResult> own;
   if (group.rank() == 0) {
     std::vector<CheckResult> rendezvous = rendezvous_check(network.master_ip, peers);
     append(own, ran_at({Where::RankZero}, rendezvous));
+    std::vector<CheckResult> job_wide = compare_nodes(node_reports(peers), run.launch.master_port);
+    append(own, ran_at({Where::RankZero}, job_wide));
   }
   if (me.leader) {
     report_progress(run, "clocks");

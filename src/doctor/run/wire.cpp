@@ -76,6 +76,11 @@ std::string encode_peer(const Peer& peer) {
       .put_int(peer.leader)
       .put(peer.data_address)
       .put_int(peer.storage_ok)
+      .put(peer.facts.rdma_ports)
+      .put(peer.facts.nccl_ib_hca)
+      .put(peer.facts.interface)
+      .put(peer.facts.master_ip)
+      .put(peer.facts.ephemeral)
       .bytes();
 }
 
@@ -87,6 +92,11 @@ Peer decode_peer(std::string bytes) {
   peer.leader = in.get_int(0, 1) != 0;
   peer.data_address = in.get_text();
   peer.storage_ok = in.get_int(0, 1) != 0;
+  peer.facts.rdma_ports = in.get_text();
+  peer.facts.nccl_ib_hca = in.get_text();
+  peer.facts.interface = in.get_text();
+  peer.facts.master_ip = in.get_text();
+  peer.facts.ephemeral = in.get_text();
   if (!in.done()) throw ExchangeError("malformed peer description from another rank");
   return peer;
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "doctor/checks/check.hpp"
+#include "doctor/run/job_wide.hpp"
 #include "store/wire.hpp"
 
 namespace ddp::doctor {
@@ -24,6 +25,7 @@ struct Peer {
   bool leader = false;       // LOCAL_RANK 0: runs the node's checks and speaks for it in node-pair tests
   std::string data_address;  // address of its chosen interface; empty when that interface failed its check
   bool storage_ok = false;   // its snapshot directory passed storage.dir
+  NodeFacts facts;           // a leader's: its node's, for the job-wide checks
 };
 std::string encode_peer(const Peer& peer);
 Peer decode_peer(std::string bytes);
